@@ -1,0 +1,86 @@
+"""Where this process sits in the distributed world: launcher, ranks, nodes, backend, safe NCCL settings.
+
+torchrun and SLURM are the distributed engines; this module only reads what they set. Without either,
+the entry points start their own processes on loopback (the embedded default).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+# NVLink multicast (NVLS) stays off: on shared multi-GPU hosts a program using it can take the host's GPUs
+# out of service. These are forced in every process we run and in every environment we build for children.
+NVLS_OFF_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+# With this set before the process group exists, NCCL works report their own execution time
+# (`work._get_duration()`), which the timed hook records per bucket.
+NCCL_TIMING_ENV = {"TORCH_NCCL_ENABLE_TIMING": "1"}
+
+
+def apply_safe_nccl_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Force NVLink multicast off in `environ` (os.environ by default) and return it."""
+    target = os.environ if environ is None else environ
+    target.update(NVLS_OFF_ENV)
+    return target
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """This process's place in the world, as the launcher described it."""
+
+    launcher: str  # "torchrun", "slurm" or "none"
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    num_nodes: int
+
+
+def _int_env(environ: dict[str, str], key: str) -> int:
+    return int(environ[key])
+
+
+def detect(environ: dict[str, str] | None = None) -> DistEnv:
+    """Read the launcher's variables. torchrun is recognised by RANK/WORLD_SIZE/LOCAL_RANK, SLURM by
+    SLURM_PROCID with more than one task (a plain `salloc` shell with one task counts as no launcher)."""
+    env = dict(os.environ if environ is None else environ)
+    if all(key in env for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        world = _int_env(env, "WORLD_SIZE")
+        local_world = int(env.get("LOCAL_WORLD_SIZE", world))
+        return DistEnv(
+            launcher="torchrun",
+            rank=_int_env(env, "RANK"),
+            local_rank=_int_env(env, "LOCAL_RANK"),
+            world_size=world,
+            local_world_size=local_world,
+            node_rank=int(env.get("GROUP_RANK", env.get("NODE_RANK", 0))),
+            num_nodes=max(1, world // max(1, local_world)),
+        )
+    if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+        world = _int_env(env, "SLURM_NTASKS")
+        nodes = int(env.get("SLURM_NNODES", "1"))
+        return DistEnv(
+            launcher="slurm",
+            rank=_int_env(env, "SLURM_PROCID"),
+            local_rank=int(env.get("SLURM_LOCALID", "0")),
+            world_size=world,
+            local_world_size=int(env.get("SLURM_NTASKS_PER_NODE", str(world // nodes)).split("(")[0]),
+            node_rank=int(env.get("SLURM_NODEID", "0")),
+            num_nodes=nodes,
+        )
+    return DistEnv("none", rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0, num_nodes=1)
+
+
+def default_backend(accelerator: str = "auto") -> str:
+    """NCCL where each process has a GPU, gloo otherwise."""
+    if accelerator == "cpu":
+        return "gloo"
+    return "nccl" if torch.cuda.is_available() else "gloo"

@@ -1,0 +1,85 @@
+"""What a result was measured on: library versions, devices, and the communication variables in force.
+
+Only variables with these prefixes are recorded, never the whole environment: they change NCCL's and
+torch's behaviour, and nothing else in a user's environment belongs in a results file.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from typing import Any
+
+import torch
+
+RECORDED_ENV_PREFIXES = ("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_")
+# The launcher's own variables say how the world was built (ranks, nodes, rendezvous).
+RECORDED_LAUNCHER_VARS = (
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_JOB_ID",
+    "SLURM_NNODES",
+    "SLURM_NTASKS",
+)
+
+
+def recorded_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The NCCL, TORCH, CUDA, NVSHMEM and GLOO variables and the launcher's world variables, sorted."""
+    environ = os.environ if environ is None else environ
+    return {
+        key: environ[key]
+        for key in sorted(environ)
+        if key.startswith(RECORDED_ENV_PREFIXES) or key in RECORDED_LAUNCHER_VARS
+    }
+
+
+def nccl_version() -> str | None:
+    """NCCL's version as 'major.minor.patch', or None where torch was built without NCCL."""
+    try:
+        version = torch.cuda.nccl.version()
+    except (AttributeError, RuntimeError):
+        return None
+    if isinstance(version, tuple):
+        return ".".join(str(part) for part in version)
+    return str(version)
+
+
+def versions() -> dict[str, Any]:
+    """Versions of Python, torch, CUDA, NCCL, Lightning and torchvision."""
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl_version() if torch.cuda.is_available() else None,
+    }
+    for name in ("lightning", "torchvision", "tensorboard"):
+        try:
+            module = __import__(name)
+            info[name] = getattr(module, "__version__", None)
+        except ImportError:
+            info[name] = None
+    return info
+
+
+def device_names() -> list[str]:
+    """Names of the visible GPUs (empty on a CPU-only machine)."""
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+
+
+def run_info() -> dict[str, Any]:
+    """Everything above plus the host name and the time, for a results header or a run summary."""
+    import datetime
+
+    return {
+        "host": socket.gethostname(),
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "versions": versions(),
+        "gpus": device_names(),
+        "env": recorded_env(),
+    }
