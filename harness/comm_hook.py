@@ -1,0 +1,371 @@
+"""The timed DDP communication hook: stamps every bucketed gradient collective, keeping DDP's numerics.
+
+The hook runs on the autograd thread while DDP holds its reducer lock, so it only reads a clock or
+records a CUDA event, appends to this step's record list, and launches the collective. Turning the
+stamps into milliseconds happens later, in `TimedHookState.resolve_step`, never inside the hook.
+
+Timing sources (see shared DESIGN.md):
+- CUDA: an event recorded at hook entry marks "bucket ready"; an event recorded inside the future's
+  callback, where a stream that waits on the collective is current, marks "done". With
+  TORCH_NCCL_ENABLE_TIMING=1, `work._get_duration()` gives NCCL's own execution time.
+- gloo (CPU): gloo completes the future on its worker thread when the collective is done, so a
+  monotonic clock read in the callback is a valid "done" stamp.
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+
+HOOK_NAMES = ("allreduce", "fp16", "bf16", "powersgd", "noop")
+COMPRESSED_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass(slots=True)
+class BucketRecord:
+    """Raw stamps of one bucket's collective in one step. Resolved later into a `BucketTiming`."""
+
+    step: int
+    index: int
+    num_params: int
+    numel: int
+    bytes: int
+    dtype: str
+    ready_ns: int = 0
+    done_ns: int = 0
+    ready_event: torch.cuda.Event | None = None
+    done_event: torch.cuda.Event | None = None
+    work: dist.Work | None = None  # kept only to ask NCCL for its execution time after the step
+
+
+@dataclass(frozen=True, slots=True)
+class BucketTiming:
+    """One bucket's collective in one step, in milliseconds relative to the step's start."""
+
+    step: int
+    index: int
+    num_params: int
+    numel: int
+    bytes: int
+    dtype: str
+    ready_ms: float
+    done_ms: float
+    exec_ms: float | None  # the collective's own execution time, where the backend reports one (NCCL)
+
+    @property
+    def ready_to_done_ms(self) -> float:
+        return self.done_ms - self.ready_ms
+
+    @property
+    def time_ms(self) -> float:
+        """The collective's time: NCCL's own execution time where reported, else ready to done."""
+        return self.exec_ms if self.exec_ms is not None else self.ready_to_done_ms
+
+
+class _EventPool:
+    """Reuses CUDA timing events, so a long run creates a bounded number of them."""
+
+    def __init__(self) -> None:
+        self._free: list[torch.cuda.Event] = []
+
+    def acquire(self) -> torch.cuda.Event:
+        return self._free.pop() if self._free else torch.cuda.Event(enable_timing=True)
+
+    def release(self, *events: torch.cuda.Event | None) -> None:
+        self._free.extend(event for event in events if event is not None)
+
+
+@dataclass
+class TimedHookState:
+    """State passed to DDP with the hook: the process group, the base hook's kind, and this step's records."""
+
+    process_group: dist.ProcessGroup | None
+    hook_name: str
+    use_cuda: bool
+    step: int = -1
+    powersgd_rank: int = 1
+    # PowerSGD: one state per bucket, and on gloo one process group per bucket (see make_hook_state).
+    powersgd_groups: list[dist.ProcessGroup] = field(default_factory=list)
+    _powersgd_states: dict[int, powersgd.PowerSGDState] = field(default_factory=dict)
+    # Bucket layout (index -> parameter names), refreshed whenever a bucket's size changes (steps 0 and 1).
+    param_names: dict[int, str] = field(default_factory=dict)
+    bucket_layout: dict[int, tuple[int, int, str, str]] = field(default_factory=dict)
+    _records: dict[int, list[BucketRecord]] = field(default_factory=dict)
+    _step_start: dict[int, int | torch.cuda.Event] = field(default_factory=dict)
+    _events: _EventPool = field(default_factory=_EventPool)
+
+    def begin_step(self, step: int) -> None:
+        """Mark the start of optimizer step `step` (on the GPU timeline where CUDA is used)."""
+        self.step = step
+        self._records[step] = []
+        if self.use_cuda:
+            event = self._events.acquire()
+            event.record()
+            self._step_start[step] = event
+        else:
+            self._step_start[step] = time.perf_counter_ns()
+
+    def powersgd_state_for(self, bucket_index: int) -> powersgd.PowerSGDState:
+        ps_state = self._powersgd_states.get(bucket_index)
+        if ps_state is None:
+            group = self.process_group
+            if self.powersgd_groups:
+                if bucket_index >= len(self.powersgd_groups):
+                    raise RuntimeError(
+                        f"PowerSGD on gloo: bucket {bucket_index} but only {len(self.powersgd_groups)} groups"
+                    )
+                group = self.powersgd_groups[bucket_index]
+            ps_state = powersgd.PowerSGDState(
+                process_group=group,
+                matrix_approximation_rank=self.powersgd_rank,
+                start_powerSGD_iter=POWERSGD_START_STEP,
+            )
+            self._powersgd_states[bucket_index] = ps_state
+        # PowerSGD counts steps on the last bucket of its own state; with a state per bucket, the
+        # optimizer step is the shared count.
+        ps_state.iter = max(self.step, 0)
+        return ps_state
+
+    def pending_steps(self) -> list[int]:
+        return sorted(self._records)
+
+    def _stamp_ready(self, record: BucketRecord) -> None:
+        if self.use_cuda:
+            record.ready_event = self._events.acquire()
+            record.ready_event.record()
+        else:
+            record.ready_ns = time.perf_counter_ns()
+
+    def _stamp_done(self, record: BucketRecord) -> None:
+        if self.use_cuda:
+            # The future's callback runs with a stream current that waits on the collective, so this
+            # event completes when the collective has finished on the GPU.
+            record.done_event = self._events.acquire()
+            record.done_event.record()
+        else:
+            record.done_ns = time.perf_counter_ns()
+
+    def _new_record(self, bucket: dist.GradBucket, bytes_: int, dtype: torch.dtype) -> BucketRecord:
+        buffer = bucket.buffer()
+        index = bucket.index()
+        layout = self.bucket_layout.get(index)
+        if layout is None or layout[1] != buffer.numel():
+            params = bucket.parameters()
+            first = self.param_names.get(id(params[0]), "?") if params else "-"
+            last = self.param_names.get(id(params[-1]), "?") if params else "-"
+            layout = (len(params), buffer.numel(), first, last)
+            self.bucket_layout[index] = layout
+        record = BucketRecord(
+            step=self.step,
+            index=index,
+            num_params=layout[0],
+            numel=buffer.numel(),
+            bytes=bytes_,
+            dtype=str(dtype).removeprefix("torch."),
+        )
+        self._records.setdefault(self.step, []).append(record)
+        return record
+
+    def resolve_step(self, step: int, next_start: int | torch.cuda.Event) -> tuple[float, list[BucketTiming]]:
+        """Turn step `step`'s stamps into (step time in ms, bucket timings in launch order) and free them.
+
+        `next_start` is the next step's start stamp (or the end of training); the caller keeps it. This
+        waits only if the GPU has not yet reached `next_start`, which is rare once steps lag by two.
+        """
+        records = self._records.pop(step, [])
+        start = self._step_start.pop(step)
+        if self.use_cuda:
+            next_start.synchronize()
+            step_ms = start.elapsed_time(next_start)
+        else:
+            step_ms = (next_start - start) / 1e6
+        timings = [self._resolve_record(record, start) for record in records]
+        if self.use_cuda:
+            self._events.release(start)
+        return step_ms, timings
+
+    def start_stamp(self, step: int) -> int | torch.cuda.Event:
+        return self._step_start[step]
+
+    def stamp_now(self) -> int | torch.cuda.Event:
+        """A time stamp on the same timeline as the step starts (used for the end of the last step)."""
+        if self.use_cuda:
+            event = self._events.acquire()
+            event.record()
+            return event
+        return time.perf_counter_ns()
+
+    def release_stamp(self, stamp: int | torch.cuda.Event) -> None:
+        if self.use_cuda:
+            self._events.release(stamp)
+
+    def _resolve_record(self, record: BucketRecord, start: int | torch.cuda.Event) -> BucketTiming:
+        if self.use_cuda:
+            record.done_event.synchronize()
+            ready_ms = start.elapsed_time(record.ready_event)
+            done_ms = start.elapsed_time(record.done_event)
+            self._events.release(record.ready_event, record.done_event)
+        else:
+            ready_ms = (record.ready_ns - start) / 1e6
+            done_ms = (record.done_ns - start) / 1e6
+        return BucketTiming(
+            step=record.step,
+            index=record.index,
+            num_params=record.num_params,
+            numel=record.numel,
+            bytes=record.bytes,
+            dtype=record.dtype,
+            ready_ms=ready_ms,
+            done_ms=done_ms,
+            exec_ms=_work_duration_ms(record.work),
+        )
+
+
+def _work_duration_ms(work: dist.Work | None) -> float | None:
+    """NCCL's own execution time of a finished collective; None where the backend does not time it."""
+    if work is None:
+        return None
+    try:
+        return float(work._get_duration())
+    except (RuntimeError, AttributeError, ValueError):
+        # gloo does not support it; NCCL raises unless TORCH_NCCL_ENABLE_TIMING=1 was set at PG creation.
+        return None
+
+
+def _group(state: TimedHookState) -> dist.ProcessGroup:
+    return state.process_group if state.process_group is not None else dist.group.WORLD
+
+
+def timed_allreduce_hook(
+    state: TimedHookState, bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
+    """torch's `allreduce_hook`, timed: pre-divide by world size, then sum, exactly as DDP's default."""
+    group = _group(state)
+    tensor = bucket.buffer()
+    record = state._new_record(bucket, tensor.numel() * tensor.element_size(), tensor.dtype)
+    state._stamp_ready(record)
+    tensor.div_(group.size())
+    record.work = dist.all_reduce(tensor, group=group, async_op=True)
+
+    def done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        state._stamp_done(record)
+        return fut.value()[0]
+
+    return record.work.get_future().then(done)
+
+
+def _timed_compress_hook(
+    state: TimedHookState, bucket: dist.GradBucket, dtype: torch.dtype
+) -> torch.futures.Future[torch.Tensor]:
+    """torch's `fp16_compress_hook` / `bf16_compress_hook`, timed; the bytes counted are the compressed ones."""
+    group = _group(state)
+    buffer = bucket.buffer()
+    record = state._new_record(bucket, buffer.numel() * torch.tensor([], dtype=dtype).element_size(), dtype)
+    state._stamp_ready(record)
+    compressed = buffer.to(dtype).div_(group.size())
+    record.work = dist.all_reduce(compressed, group=group, async_op=True)
+
+    def decompress(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        state._stamp_done(record)
+        buffer.copy_(fut.value()[0])
+        return buffer
+
+    return record.work.get_future().then(decompress)
+
+
+def timed_fp16_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return _timed_compress_hook(state, bucket, torch.float16)
+
+
+def timed_bf16_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return _timed_compress_hook(state, bucket, torch.bfloat16)
+
+
+def timed_powersgd_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """torch's `powerSGD_hook`, timed from ready to the end of its last collective.
+
+    PowerSGD issues up to three all_reduces per bucket (uncompressed tensors, P, Q), chained through future
+    callbacks, so there is no single NCCL execution time. The bytes that travel are read from PowerSGD's
+    own count of elements after compression, which it advances by exactly what it sends (or the whole
+    bucket before compression starts).
+    """
+    ps_state = state.powersgd_state_for(bucket.index())
+    buffer = bucket.buffer()
+    before_compression = ps_state.iter < ps_state.start_powerSGD_iter
+    numel_before = ps_state.total_numel_after_compression
+    record = state._new_record(bucket, 0, buffer.dtype)
+    state._stamp_ready(record)
+    fut = powersgd.powerSGD_hook(ps_state, bucket)
+    sent_numel = (
+        buffer.numel() if before_compression else ps_state.total_numel_after_compression - numel_before
+    )
+    record.bytes = sent_numel * buffer.element_size()
+
+    def done(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+        state._stamp_done(record)
+        return fut.value()
+
+    return fut.then(done)
+
+
+def timed_noop_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """No communication at all: each rank keeps its own gradients. Measures the compute-only step."""
+    record = state._new_record(bucket, 0, bucket.buffer().dtype)
+    state._stamp_ready(record)
+    state._stamp_done(record)
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+TIMED_HOOKS: dict[str, Callable[[TimedHookState, dist.GradBucket], torch.futures.Future[torch.Tensor]]] = {
+    "allreduce": timed_allreduce_hook,
+    "fp16": timed_fp16_hook,
+    "bf16": timed_bf16_hook,
+    "powersgd": timed_powersgd_hook,
+    "noop": timed_noop_hook,
+}
+
+
+# PowerSGD compresses from this step on, once DDP has rebuilt its buckets; 2 is the least it accepts with
+# error feedback. Before that it runs the plain all_reduce.
+POWERSGD_START_STEP = 2
+
+
+def make_hook_state(
+    hook_name: str,
+    module: torch.nn.Module,
+    use_cuda: bool,
+    process_group: dist.ProcessGroup | None = None,
+    powersgd_rank: int = 1,
+    max_buckets: int = 0,
+) -> TimedHookState:
+    """Build the hook's state for `module` (the model inside DDP, whose parameter names are recorded).
+
+    Call it on every rank at the same point: for PowerSGD on gloo it creates process groups.
+    """
+    state = TimedHookState(process_group, hook_name, use_cuda)
+    state.param_names = {id(p): name for name, p in module.named_parameters()}
+    if hook_name == "powersgd":
+        state.powersgd_rank = powersgd_rank
+        group = process_group if process_group is not None else dist.group.WORLD
+        if dist.get_backend(group) == "gloo":
+            # PowerSGD launches its second and third all_reduce from future callbacks. gloo runs those on
+            # its own threads, so with several buckets the ranks can issue them in different orders and
+            # mismatch. One group per bucket keeps each bucket's chain ordered on its own channel.
+            ranks = dist.get_process_group_ranks(group)
+            count = max(max_buckets, 1)
+            state.powersgd_groups = [dist.new_group(ranks, backend="gloo") for _ in range(count)]
+    return state
+
+
+def register_timed_hook(ddp_model: torch.nn.parallel.DistributedDataParallel, state: TimedHookState) -> None:
+    """Register the timed hook on a DDP model and check that DDP really holds it."""
+    hook = TIMED_HOOKS[state.hook_name]
+    ddp_model.register_comm_hook(state, hook)
+    attached = ddp_model._get_ddp_logging_data().get("comm_hook")
+    if attached != hook.__qualname__:
+        raise RuntimeError(f"DDP reports comm hook {attached!r}, expected {hook.__qualname__!r}")
