@@ -15,6 +15,7 @@ Timing sources (see shared DESIGN.md):
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -22,6 +23,15 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersg
 
 HOOK_NAMES = ("allreduce", "fp16", "bf16", "powersgd", "noop")
 COMPRESSED_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class BucketLayout(NamedTuple):
+    """Which parameters a bucket carries (names as in the model inside DDP)."""
+
+    num_params: int
+    numel: int
+    first_param: str
+    last_param: str
 
 
 @dataclass(slots=True)
@@ -92,7 +102,7 @@ class TimedHookState:
     _powersgd_states: dict[int, powersgd.PowerSGDState] = field(default_factory=dict)
     # Bucket layout (index -> parameter names), refreshed whenever a bucket's size changes (steps 0 and 1).
     param_names: dict[int, str] = field(default_factory=dict)
-    bucket_layout: dict[int, tuple[int, int, str, str]] = field(default_factory=dict)
+    bucket_layout: dict[int, BucketLayout] = field(default_factory=dict)
     _records: dict[int, list[BucketRecord]] = field(default_factory=dict)
     _step_start: dict[int, int | torch.cuda.Event] = field(default_factory=dict)
     _events: _EventPool = field(default_factory=_EventPool)
@@ -152,16 +162,16 @@ class TimedHookState:
         buffer = bucket.buffer()
         index = bucket.index()
         layout = self.bucket_layout.get(index)
-        if layout is None or layout[1] != buffer.numel():
+        if layout is None or layout.numel != buffer.numel():
             params = bucket.parameters()
             first = self.param_names.get(id(params[0]), "?") if params else "-"
             last = self.param_names.get(id(params[-1]), "?") if params else "-"
-            layout = (len(params), buffer.numel(), first, last)
+            layout = BucketLayout(len(params), buffer.numel(), first, last)
             self.bucket_layout[index] = layout
         record = BucketRecord(
             step=self.step,
             index=index,
-            num_params=layout[0],
+            num_params=layout.num_params,
             numel=buffer.numel(),
             bytes=bytes_,
             dtype=str(dtype).removeprefix("torch."),
@@ -239,9 +249,7 @@ def _group(state: TimedHookState) -> dist.ProcessGroup:
     return state.process_group if state.process_group is not None else dist.group.WORLD
 
 
-def timed_allreduce_hook(
-    state: TimedHookState, bucket: dist.GradBucket
-) -> torch.futures.Future[torch.Tensor]:
+def timed_allreduce_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """torch's `allreduce_hook`, timed: pre-divide by world size, then sum, exactly as DDP's default."""
     group = _group(state)
     tensor = bucket.buffer()
@@ -299,9 +307,7 @@ def timed_powersgd_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch
     record = state._new_record(bucket, 0, buffer.dtype)
     state._stamp_ready(record)
     fut = powersgd.powerSGD_hook(ps_state, bucket)
-    sent_numel = (
-        buffer.numel() if before_compression else ps_state.total_numel_after_compression - numel_before
-    )
+    sent_numel = buffer.numel() if before_compression else ps_state.total_numel_after_compression - numel_before
     record.bytes = sent_numel * buffer.element_size()
 
     def done(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:

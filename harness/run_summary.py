@@ -1,0 +1,177 @@
+"""End of a training run: the per-bucket table on stdout, summary.json, and hparams for TensorBoard.
+
+summary.json is written on rank 0 into the run's log directory, also for a run that did not finish
+(with "completed": false and the reason), so nothing measured is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from harness.metrics import algbw_gbps, busbw_gbps
+from harness.run_info import run_info
+from harness.step_stats import WARMUP_STEPS, RunAggregate
+
+SUMMARY_FILE = "summary.json"
+MB = 1e6  # table sizes in decimal MB, matching the decimal GB/s of the bandwidths
+
+
+def build_summary(
+    aggregate: RunAggregate,
+    settings: dict[str, Any],
+    world_size: int,
+    backend: str,
+    sample_unit: str,
+    completed: bool,
+    reason: str = "",
+    ddp_logging: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Everything a later comparison needs, as plain JSON types. Warm-up steps are excluded."""
+    buckets = []
+    for index in sorted(aggregate.buckets):
+        b = aggregate.buckets[index]
+        p50 = b.times_ms.percentile(50)
+        buckets.append(
+            {
+                "index": index,
+                "num_params": b.num_params,
+                "numel": b.numel,
+                "bytes": b.bytes,
+                "dtype": b.dtype,
+                "first_param": b.first_param,
+                "last_param": b.last_param,
+                "time_ms_p50": p50,
+                "time_ms_p90": b.times_ms.percentile(90),
+                "busbw_gbps_p50": busbw_gbps("all_reduce", b.bytes, p50 / 1e3, world_size),
+                "time_source": "nccl_exec" if b.exec_reported else "ready_to_done",
+            }
+        )
+    comm_p50 = aggregate.comm_ms.percentile(50)
+    step_p50 = aggregate.step_ms.percentile(50)
+    totals = {
+        "steps_measured": aggregate.steps_measured,
+        "warmup_steps": min(WARMUP_STEPS, aggregate.steps_logged),
+        "bytes_per_step": aggregate.step_bytes,
+        "step_ms_p50": step_p50,
+        "step_ms_p90": aggregate.step_ms.percentile(90),
+        "samples_per_s_p50": aggregate.samples_per_s.percentile(50),
+        "comm_ms_p50": comm_p50,
+        "comm_ms_p90": aggregate.comm_ms.percentile(90),
+        "max_bucket_ms_p50": aggregate.max_bucket_ms.percentile(50),
+        "tail_ms_p50": aggregate.tail_ms.percentile(50),
+        "algbw_gbps_p50": algbw_gbps(aggregate.step_bytes, comm_p50 / 1e3),
+        "busbw_gbps_p50": busbw_gbps("all_reduce", aggregate.step_bytes, comm_p50 / 1e3, world_size),
+        "comm_share_of_step_p50": comm_p50 / step_p50 if step_p50 and not math.isnan(step_p50) else math.nan,
+    }
+    return {
+        "completed": completed,
+        "reason": reason,
+        "settings": settings,
+        "world_size": world_size,
+        "backend": backend,
+        "sample_unit": sample_unit,
+        "totals": totals,
+        "buckets": buckets,
+        "ddp_logging": ddp_logging or {},
+        **run_info(),
+    }
+
+
+def write_summary(summary: dict[str, Any], log_dir: str | os.PathLike) -> Path:
+    """Write summary.json atomically (a reader never sees half a file)."""
+    path = Path(log_dir) / SUMMARY_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_finite(summary), indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN: write null for values that were not measured."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _short(name: str, width: int = 28) -> str:
+    return name if len(name) <= width else "…" + name[-(width - 1) :]
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """The per-bucket table and the step totals, as printed at the end of a run."""
+    t = summary["totals"]
+    unit = summary["sample_unit"]
+    header = (
+        f"{'bucket':>6} {'params':>7} {'first layer':<28} {'last layer':<28} {'MB':>9} "
+        f"{'p50 ms':>9} {'p90 ms':>9} {'busbw GB/s':>10}"
+    )
+    lines = [
+        f"# Gradient communication: {summary['world_size']} ranks, {summary['backend']}, "
+        f"{t['steps_measured']} steps measured after {t['warmup_steps']} warm-up",
+        header,
+    ]
+    for b in summary["buckets"]:
+        lines.append(
+            f"{b['index']:>6} {b['num_params']:>7} {_short(b['first_param']):<28} {_short(b['last_param']):<28} "
+            f"{b['bytes'] / MB:>9.2f} {b['time_ms_p50']:>9.3f} {b['time_ms_p90']:>9.3f} {b['busbw_gbps_p50']:>10.2f}"
+        )
+    lines += [
+        f"# step p50 {t['step_ms_p50']:.2f} ms (p90 {t['step_ms_p90']:.2f}), {t['samples_per_s_p50']:.1f} {unit}s/s",
+        f"# comm p50 {t['comm_ms_p50']:.2f} ms per step (p90 {t['comm_ms_p90']:.2f}) for "
+        f"{t['bytes_per_step'] / MB:.2f} MB, busbw {t['busbw_gbps_p50']:.2f} GB/s, slowest bucket "
+        f"{t['max_bucket_ms_p50']:.2f} ms, tail {t['tail_ms_p50']:.2f} ms",
+    ]
+    if summary["world_size"] == 1:
+        lines.append("# world size 1: busbw is 0 by definition (no data crosses a link)")
+    return "\n".join(lines)
+
+
+HPARAM_METRICS = {
+    "hp/comm_ms_p50": "comm_ms_p50",
+    "hp/step_ms_p50": "step_ms_p50",
+    "hp/samples_per_s_p50": "samples_per_s_p50",
+    "hp/busbw_gbps_p50": "busbw_gbps_p50",
+}
+
+
+def log_hparams(logger: Any, summary: dict[str, Any]) -> None:
+    """Settings and headline metrics in the run's own event file, so TensorBoard's HParams tab compares runs."""
+    params = {
+        key: (value if isinstance(value, int | float | str | bool) else str(value))
+        for key, value in summary["settings"].items()
+    }
+    params["world_size"] = summary["world_size"]
+    params["backend"] = summary["backend"]
+    metrics = {
+        tag: summary["totals"][key]
+        for tag, key in HPARAM_METRICS.items()
+        if isinstance(summary["totals"].get(key), float) and math.isfinite(summary["totals"][key])
+    }
+    logger.log_hyperparams(params, metrics)
+
+
+def add_custom_scalar_layout(writer: Any) -> None:
+    """Group the comm charts in TensorBoard's Custom Scalars tab (written once per run)."""
+    writer.add_custom_scalars(
+        {
+            "step": {
+                "time and throughput": ["Multiline", ["step/time_ms", "comm/time_ms", "comm/tail_ms"]],
+                "samples/s": ["Multiline", ["step/samples_per_s"]],
+            },
+            "comm": {
+                "bandwidth": ["Multiline", ["comm/busbw_gbps", "comm/algbw_gbps"]],
+                "bucket time": ["Multiline", [r"comm/bucket_\d+/time_ms"]],
+                "bucket busbw": ["Multiline", [r"comm/bucket_\d+/busbw_gbps"]],
+                "slowest bucket": ["Multiline", ["comm/max_bucket_ms"]],
+            },
+        }
+    )

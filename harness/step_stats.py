@@ -1,0 +1,155 @@
+"""Per-step communication statistics from resolved bucket timings, and bounded run-long aggregates.
+
+Pure functions and plain containers: no process group, no Lightning, so the arithmetic is tested alone.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from harness.comm_hook import BucketLayout, BucketTiming
+from harness.metrics import algbw_gbps, busbw_gbps, percentile
+
+# Step 0 runs with one bucket holding every gradient and step 1 is the first with DDP's rebuilt buckets
+# (DESIGN.md), so both are warm-up: logged, but kept out of every summary.
+WARMUP_STEPS = 2
+
+# Per-bucket and per-step samples kept for percentiles. Past this many steps, reservoir sampling keeps a
+# uniform sample, so memory stays flat however long the run is.
+MAX_SAMPLES = 10_000
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """One optimizer step, as logged under the names in METRICS.md."""
+
+    step: int
+    step_ms: float
+    samples_per_s: float
+    samples_per_s_per_device: float
+    buckets: int
+    bytes: int
+    comm_ms: float  # busy time: the union of the buckets' [done − time, done] intervals
+    algbw_gbps: float
+    busbw_gbps: float
+    max_bucket_ms: float
+    tail_ms: float  # last bucket ready to last bucket done: communication left after backward ends
+
+    @property
+    def warmup(self) -> bool:
+        return self.step < WARMUP_STEPS
+
+
+def busy_ms(intervals: Iterable[tuple[float, float]]) -> float:
+    """Length of the union of [start, end] intervals (gloo runs up to two collectives at once)."""
+    total = 0.0
+    current_start = current_end = None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            if current_end is not None:
+                total += current_end - current_start
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    if current_end is not None:
+        total += current_end - current_start
+    return total
+
+
+def step_stats(
+    step: int, step_ms: float, timings: Sequence[BucketTiming], samples_per_step: float, world_size: int
+) -> StepStats:
+    """Combine one step's bucket timings. `samples_per_step` counts every rank's samples (global batch)."""
+    step_bytes = sum(t.bytes for t in timings)
+    comm_ms = busy_ms((t.done_ms - t.time_ms, t.done_ms) for t in timings)
+    comm_s = comm_ms / 1e3
+    tail_ms = max(t.done_ms for t in timings) - max(t.ready_ms for t in timings) if timings else 0.0
+    samples_per_s = samples_per_step / (step_ms / 1e3) if step_ms > 0 else math.nan
+    return StepStats(
+        step=step,
+        step_ms=step_ms,
+        samples_per_s=samples_per_s,
+        samples_per_s_per_device=samples_per_s / world_size,
+        buckets=len(timings),
+        bytes=step_bytes,
+        comm_ms=comm_ms,
+        algbw_gbps=algbw_gbps(step_bytes, comm_s),
+        busbw_gbps=busbw_gbps("all_reduce", step_bytes, comm_s, world_size),
+        max_bucket_ms=max((t.time_ms for t in timings), default=0.0),
+        tail_ms=tail_ms,
+    )
+
+
+class BoundedSamples:
+    """Keeps every value up to `capacity`, then a uniform reservoir sample (Algorithm R)."""
+
+    def __init__(self, capacity: int = MAX_SAMPLES, seed: int = 0) -> None:
+        self.capacity = capacity
+        self.values: list[float] = []
+        self.seen = 0
+        self._rng = random.Random(seed)
+
+    def add(self, value: float) -> None:
+        self.seen += 1
+        if len(self.values) < self.capacity:
+            self.values.append(value)
+        else:
+            slot = self._rng.randrange(self.seen)
+            if slot < self.capacity:
+                self.values[slot] = value
+
+    def percentile(self, q: float) -> float:
+        return percentile(self.values, q)
+
+
+@dataclass
+class BucketSummary:
+    """Run-long view of one bucket index (after warm-up)."""
+
+    index: int
+    num_params: int = 0
+    numel: int = 0
+    bytes: int = 0
+    dtype: str = ""
+    first_param: str = ""
+    last_param: str = ""
+    times_ms: BoundedSamples = field(default_factory=BoundedSamples)
+    exec_reported: bool = False
+
+
+@dataclass
+class RunAggregate:
+    """Everything the end-of-run table and summary.json need, bounded in memory."""
+
+    world_size: int
+    step_ms: BoundedSamples = field(default_factory=BoundedSamples)
+    comm_ms: BoundedSamples = field(default_factory=BoundedSamples)
+    max_bucket_ms: BoundedSamples = field(default_factory=BoundedSamples)
+    tail_ms: BoundedSamples = field(default_factory=BoundedSamples)
+    samples_per_s: BoundedSamples = field(default_factory=BoundedSamples)
+    step_bytes: int = 0
+    steps_logged: int = 0
+    steps_measured: int = 0
+    buckets: dict[int, BucketSummary] = field(default_factory=dict)
+
+    def add(self, stats: StepStats, timings: Sequence[BucketTiming], layout: dict[int, BucketLayout]) -> None:
+        self.steps_logged += 1
+        if stats.warmup:
+            return
+        self.steps_measured += 1
+        self.step_ms.add(stats.step_ms)
+        self.comm_ms.add(stats.comm_ms)
+        self.max_bucket_ms.add(stats.max_bucket_ms)
+        self.tail_ms.add(stats.tail_ms)
+        self.samples_per_s.add(stats.samples_per_s)
+        self.step_bytes = stats.bytes
+        for t in timings:
+            summary = self.buckets.setdefault(t.index, BucketSummary(t.index))
+            summary.num_params, summary.numel, summary.bytes, summary.dtype = t.num_params, t.numel, t.bytes, t.dtype
+            if t.index in layout:
+                summary.first_param, summary.last_param = layout[t.index].first_param, layout[t.index].last_param
+            summary.times_ms.add(t.time_ms)
+            summary.exec_reported = t.exec_ms is not None

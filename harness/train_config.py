@@ -1,0 +1,259 @@
+"""Command line and settings of a training run: one typed dataclass, checked before any process starts.
+
+Defaults that depend on the machine ("auto") are resolved here, in one place, from the launcher's
+environment and the devices present, so every rank derives the same settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness import dist_env
+from harness.comm_hook import HOOK_NAMES
+from harness.errors import UsageError
+
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
+ACCELERATORS = ("auto", "cpu", "gpu")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+# Sized so that `python train.py --model resnet50` on a 2-core machine (2 gloo processes) finishes in
+# about a minute, and a GPU run is long enough for stable medians.
+CPU_DEFAULTS = {"devices": 2, "max_steps": 12, "image_batch": 4, "token_batch": 2}
+GPU_DEFAULTS = {"max_steps": 200, "image_batch": 64, "token_batch": 8}
+
+
+@dataclass
+class TrainConfig:
+    """A training run's settings. Fields left None are resolved by `resolve()`."""
+
+    model: str = "resnet50"
+    """Registered model name (see models/registry.py)."""
+    batch_size: int | None = None
+    """Samples per device per micro-batch (images, or sequences for token models)."""
+    max_steps: int | None = None
+    """Optimizer steps to run."""
+    precision: str | None = None
+    """Lightning precision; default bf16-mixed on GPU, 32-true on CPU."""
+    accelerator: str = "auto"
+    devices: int | None = None
+    """Processes per node. Under torchrun or SLURM, taken from the launcher."""
+    num_nodes: int | None = None
+    accumulate_grad_batches: int = 1
+    bucket_cap_mb: float | None = None
+    """DDP bucket cap in MiB; None keeps DDP's default (25, with a 1 MiB first bucket)."""
+    gradient_as_bucket_view: bool = False
+    static_graph: bool = False
+    comm_hook: str = "allreduce"
+    powersgd_rank: int = 1
+    """PowerSGD's matrix approximation rank."""
+    image_size: int | None = None
+    seq_len: int | None = None
+    data_dir: str | None = None
+    """An ImageFolder to read instead of synthetic images."""
+    channels_last: bool | None = None
+    """Image models in channels-last layout; default on for GPUs."""
+    seed: int = 0
+    logdir: str = "runs"
+    run_name: str | None = None
+    timeout_s: float = 600.0
+    """Bound on every collective and the rendezvous."""
+    launcher: str = "none"
+    """Set by resolve(): torchrun, slurm or none."""
+
+    def __post_init__(self) -> None:
+        from models import get_model_spec
+
+        get_model_spec(self.model)  # raises a UsageError listing the names
+        _check_choice("--precision", self.precision, PRECISIONS, allow_none=True)
+        _check_choice("--accelerator", self.accelerator, ACCELERATORS)
+        _check_choice("--comm-hook", self.comm_hook, HOOK_NAMES)
+        for flag, value in (
+            ("--batch-size", self.batch_size),
+            ("--max-steps", self.max_steps),
+            ("--devices", self.devices),
+            ("--num-nodes", self.num_nodes),
+            ("--accumulate-grad-batches", self.accumulate_grad_batches),
+            ("--powersgd-rank", self.powersgd_rank),
+            ("--image-size", self.image_size),
+            ("--seq-len", self.seq_len),
+        ):
+            if value is not None and value < 1:
+                raise UsageError(f"{flag} must be a positive integer, got {value}")
+        if self.bucket_cap_mb is not None and self.bucket_cap_mb <= 0:
+            raise UsageError(f"--bucket-cap-mb must be positive, got {self.bucket_cap_mb}")
+        if self.timeout_s <= 0:
+            raise UsageError(f"--timeout must be positive seconds, got {self.timeout_s}")
+        if self.data_dir is not None:
+            _check_image_folder(self.data_dir)
+
+    @property
+    def use_gpu(self) -> bool:
+        return self.accelerator == "gpu"
+
+    @property
+    def world_size(self) -> int:
+        return (self.devices or 1) * (self.num_nodes or 1)
+
+    def resolve(self, environ: dict[str, str] | None = None) -> TrainConfig:
+        """Fill every "auto" field from the launcher and the machine; check they agree."""
+        from models import get_model_spec
+
+        spec = get_model_spec(self.model)
+        launch = dist_env.detect(environ)
+        self.launcher = launch.launcher
+        has_gpu = torch.cuda.is_available()
+        if self.accelerator == "auto":
+            self.accelerator = "gpu" if has_gpu else "cpu"
+        if self.accelerator == "gpu" and not has_gpu:
+            raise UsageError("--accelerator gpu was asked for, but torch sees no CUDA GPU; use --accelerator cpu")
+        if launch.launcher != "none":
+            if self.devices is not None and self.devices != launch.local_world_size:
+                raise UsageError(
+                    f"--devices {self.devices} does not match the {launch.launcher} launcher's "
+                    f"{launch.local_world_size} processes per node; leave --devices out under a launcher"
+                )
+            if self.num_nodes is not None and self.num_nodes != launch.num_nodes:
+                raise UsageError(
+                    f"--num-nodes {self.num_nodes} does not match the {launch.launcher} launcher's "
+                    f"{launch.num_nodes} nodes; leave --num-nodes out under a launcher"
+                )
+            self.devices, self.num_nodes = launch.local_world_size, launch.num_nodes
+        else:
+            if self.num_nodes not in (None, 1):
+                raise UsageError("--num-nodes above 1 needs a launcher: start each node with torchrun or srun")
+            self.num_nodes = 1
+            if self.devices is None:
+                self.devices = torch.cuda.device_count() if self.use_gpu else CPU_DEFAULTS["devices"]
+        if self.use_gpu and self.devices > torch.cuda.device_count():
+            raise UsageError(
+                f"--devices {self.devices} asks for more GPUs than this node has ({torch.cuda.device_count()})"
+            )
+        defaults = GPU_DEFAULTS if self.use_gpu else CPU_DEFAULTS
+        if self.max_steps is None:
+            self.max_steps = defaults["max_steps"]
+        if self.batch_size is None:
+            self.batch_size = defaults["image_batch" if spec.kind == "image" else "token_batch"]
+        if self.precision is None:
+            self.precision = "bf16-mixed" if self.use_gpu else "32-true"
+        if self.channels_last is None:
+            self.channels_last = self.use_gpu and spec.kind == "image"
+        if spec.kind == "image":
+            self.image_size = spec.resolve_image_size(self.image_size)
+            if self.seq_len is not None:
+                raise UsageError(f"--seq-len applies to token models; {self.model} takes images (--image-size)")
+        else:
+            self.seq_len = spec.resolve_seq_len(self.seq_len)
+            if self.image_size is not None:
+                raise UsageError(f"--image-size applies to image models; {self.model} takes tokens (--seq-len)")
+            if self.data_dir is not None:
+                raise UsageError(f"--data-dir reads images; {self.model} is a token model")
+        if self.run_name is None:
+            self.run_name = default_run_name(self)
+        _check_writable("--logdir", self.logdir)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_run_name(cfg: TrainConfig) -> str:
+    """A name made from the settings that change communication, so runs with other settings stay apart."""
+    bucket = "default" if cfg.bucket_cap_mb is None else f"{cfg.bucket_cap_mb:g}"
+    parts = [
+        cfg.model,
+        f"{cfg.num_nodes}x{cfg.devices}{'gpu' if cfg.use_gpu else 'cpu'}",
+        f"bs{cfg.batch_size}",
+        cfg.precision,
+        f"bucket{bucket}",
+        cfg.comm_hook,
+    ]
+    if cfg.comm_hook == "powersgd":
+        parts[-1] += f"{cfg.powersgd_rank}"
+    if cfg.accumulate_grad_batches > 1:
+        parts.append(f"acc{cfg.accumulate_grad_batches}")
+    if cfg.gradient_as_bucket_view:
+        parts.append("gabv")
+    if cfg.static_graph:
+        parts.append("static")
+    return "-".join(parts)
+
+
+def _check_choice(flag: str, value: str | None, choices: tuple[str, ...], allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if value not in choices:
+        raise UsageError(f"{flag} {value!r} is not known; choose one of: {', '.join(choices)}")
+
+
+def _check_image_folder(path: str) -> None:
+    root = Path(path)
+    if not root.is_dir():
+        raise UsageError(f"--data-dir {path!r} is not a directory")
+    for _, _, files in os.walk(root):
+        if any(name.lower().endswith(IMAGE_SUFFIXES) for name in files):
+            return
+    raise UsageError(f"--data-dir {path!r} holds no images (ImageFolder layout: DIR/<class>/<image>)")
+
+
+def _check_writable(flag: str, path: str) -> None:
+    target = Path(path)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"{flag} {path!r} cannot be created: {err.strerror}") from None
+    if not os.access(target, os.W_OK):
+        raise UsageError(f"{flag} {path!r} is not writable")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from models import MODEL_NAMES
+
+    parser = argparse.ArgumentParser(
+        prog="train.py",
+        description="Train a real model with Lightning DDP and time every bucketed gradient all_reduce.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--model", default="resnet50", help=f"one of: {', '.join(MODEL_NAMES)}")
+    add(
+        "--batch-size",
+        type=int,
+        help="samples per device per micro-batch (default: 4 images / 2 sequences on CPU, 64 / 8 on GPU)",
+    )
+    add("--max-steps", type=int, help="optimizer steps (default: 12 on CPU, 200 on GPU)")
+    add("--precision", help=f"one of: {', '.join(PRECISIONS)} (default: bf16-mixed on GPU, 32-true on CPU)")
+    add("--accelerator", default="auto", help=f"one of: {', '.join(ACCELERATORS)}")
+    add("--devices", type=int, help="processes per node (default: from torchrun/SLURM, all GPUs, or 2 on CPU)")
+    add("--num-nodes", type=int, help="nodes (default: from torchrun/SLURM, else 1)")
+    add("--accumulate-grad-batches", type=int, default=1)
+    add("--bucket-cap-mb", type=float, help="DDP bucket cap in MiB (default: DDP's 25)")
+    add("--gradient-as-bucket-view", action="store_true", help="let gradients alias DDP's bucket buffers")
+    add("--static-graph", action="store_true", help="tell DDP the graph does not change between steps")
+    add("--comm-hook", default="allreduce", help=f"one of: {', '.join(HOOK_NAMES)}")
+    add("--powersgd-rank", type=int, default=1, help="PowerSGD's matrix approximation rank")
+    add("--image-size", type=int, help="image side for image models (default: the model's, 224 for torchvision)")
+    add("--seq-len", type=int, help="sequence length for token models (default: the model's)")
+    add("--data-dir", help="an ImageFolder of real images instead of synthetic ones")
+    add(
+        "--channels-last",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="channels-last memory format for image models (default: on for GPU)",
+    )
+    add("--seed", type=int, default=0, help="seed for weights; each rank's synthetic data uses seed + rank")
+    add("--logdir", default="runs", help="TensorBoard log root")
+    add("--run-name", help="run directory under --logdir (default: made from the settings)")
+    add("--timeout", dest="timeout_s", type=float, default=600.0, help="seconds bounding every collective")
+    return parser
+
+
+def parse_config(argv: list[str] | None = None) -> TrainConfig:
+    """Parse the command line into a checked, resolved TrainConfig (raises UsageError on a bad value)."""
+    args = build_parser().parse_args(argv)
+    return TrainConfig(**vars(args)).resolve()
