@@ -53,3 +53,37 @@ def percentile(values: Sequence[float], q: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def fit_alpha_beta(size_bytes: Sequence[float], time_us: Sequence[float]) -> tuple[float, float, float] | None:
+    """Fit time = α + S/β to measured (S, time) points: α in µs, β in GB/s. Returns (α, β, max relative error).
+
+    Least squares on the relative error: minimise Σ ((α + S/β − t) / t)², which is linear in α and 1/β.
+    Plain least squares on time would fit the largest sizes only (a 50 ms point outweighs a 5 µs point by
+    10⁴); on relative error every size counts alike, so both the latency floor and the bandwidth are
+    fitted. α is kept ≥ 0 (refitted as S/β alone when it would go negative); β is inf where time does not
+    grow with size. None with fewer than two distinct sizes or no usable time.
+    """
+    points = [(s, t) for s, t in zip(size_bytes, time_us, strict=True) if t > 0 and math.isfinite(t)]
+    if len({s for s, _ in points}) < 2:
+        return None
+    # Unknowns α (µs) and γ = 1/β in µs per byte; each point gives α/t + γ·S/t ≈ 1.
+    suu = sum(1 / t**2 for _, t in points)
+    suv = sum(s / t**2 for s, t in points)
+    svv = sum((s / t) ** 2 for s, t in points)
+    su = sum(1 / t for _, t in points)
+    sv = sum(s / t for s, t in points)
+    det = suu * svv - suv**2
+    alpha, gamma = ((svv * su - suv * sv) / det, (suu * sv - suv * su) / det) if det > 0 else (-1.0, 0.0)
+    if alpha < 0:
+        alpha, gamma = 0.0, sv / svv
+    if gamma * max(s for s, _ in points) <= 1e-9 * alpha:  # no growth with size beyond rounding
+        alpha, gamma = su / suu, 0.0
+    beta = math.inf if gamma == 0 else 1.0 / (gamma * 1e3)  # µs per byte -> GB/s (1e9 B/s)
+    worst = max(abs(alpha_beta_time_us(s, alpha, beta) - t) / t for s, t in points)
+    return alpha, beta, worst
+
+
+def alpha_beta_time_us(size_bytes: float, alpha_us: float, beta_gbps: float) -> float:
+    """Time of one operation of S bytes under the α-β model: α + S/β, in µs."""
+    return alpha_us + size_bytes / (beta_gbps * 1e3)

@@ -57,7 +57,7 @@ def size_range(
             raise UsageError(f"--step-factor must be 2 or more, got {step_factor}")
         if min_bytes < 1:
             raise UsageError("--min-bytes must be at least 1 with --step-factor (0 never grows)")
-        count = int(math.floor(math.log(max_bytes / min_bytes, step_factor) + 1e-9)) + 1
+        count = math.floor(math.log(max_bytes / min_bytes, step_factor) + 1e-9) + 1
     else:
         if step_bytes < 1:
             raise UsageError(f"--step-bytes must be at least 1, got {step_bytes}")
