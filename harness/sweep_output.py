@@ -1,0 +1,312 @@
+"""Where the raw sweep's results go: nccl-tests' table on stdout, JSON Lines, CSV, TensorBoard, and fits.
+
+Only rank 0 writes; other ranks get NullOutput, so the sweep never checks the rank. Every row is written
+and flushed as soon as it is measured, so a killed run keeps its rows.
+
+JSON Lines records, each with a `record` key:
+    header  versions, devices per rank, world, backend, recorded NCCL/TORCH/CUDA variables, the plan
+    row     one per (collective, size, placement, mode, cuda_graph): ROW_FIELDS
+    fit     per (collective, placement, mode, cuda_graph): time = alpha + S/beta (harness.metrics)
+The CSV holds the rows, with ROW_FIELDS as columns.
+
+`load_fits(path)` reads the fits back, to predict a collective's time from its size elsewhere.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from harness.metrics import alpha_beta_time_us, fit_alpha_beta
+
+ROW_FIELDS = (
+    "collective", "size_bytes", "count", "dtype", "world_size", "nodes", "placement", "mode", "cuda_graph",
+    "op", "root", "iters", "time_us", "algbw_gbps", "busbw_gbps", "wrong", "p50_us", "p90_us", "p99_us",
+    "min_us", "max_us", "skew_us", "host_overhead_us", "emulated", "backend", "device", "skipped",
+)  # fmt: skip
+FIT_METHOD = "least squares on relative error: minimise sum(((alpha + S/beta - t)/t)^2), alpha >= 0"
+
+
+@dataclass(frozen=True)
+class Fit:
+    """time = alpha + S/beta for one collective, fitted over a sweep's sizes."""
+
+    collective: str
+    placement: str
+    mode: str
+    cuda_graph: bool
+    alpha_us: float
+    beta_gbps: float
+    max_rel_error: float
+    world_size: int
+    dtype: str
+
+    def predict_time_us(self, size_bytes: float) -> float:
+        return alpha_beta_time_us(size_bytes, self.alpha_us, self.beta_gbps)
+
+
+def load_fits(path: str, mode: str = "throughput", placement: str = "in_place", cuda_graph: bool = False) -> dict:
+    """{collective: Fit} from a sweep's JSON Lines, for one (mode, placement, cuda_graph).
+
+    The defaults match what DDP does in training: an eager, in-place all_reduce. all_to_all and send_recv
+    have no in-place rows; ask for placement="out_of_place" for them.
+    """
+    fits = {}
+    with open(path) as lines:
+        for line in lines:
+            record = json.loads(line)
+            if record.get("record") != "fit":
+                continue
+            if (record["mode"], record["placement"], record["cuda_graph"]) != (mode, placement, cuda_graph):
+                continue
+            beta = math.inf if record["beta_gbps"] is None else record["beta_gbps"]
+            fits[record["collective"]] = Fit(
+                record["collective"], record["placement"], record["mode"], record["cuda_graph"],
+                record["alpha_us"], beta, record["max_rel_error"], record["world_size"], record["dtype"],
+            )  # fmt: skip
+    return fits
+
+
+def fit_record(rows: list[dict], factor: float) -> dict | None:
+    """The fit record for rows of one (collective, placement, mode, cuda_graph); None if it can't be fitted."""
+    usable = [row for row in rows if row["time_us"] is not None and row["size_bytes"] > 0]
+    fitted = fit_alpha_beta([row["size_bytes"] for row in usable], [row["time_us"] for row in usable])
+    if fitted is None:
+        return None
+    alpha, beta, worst = fitted
+    first = rows[0]
+    keys = ("collective", "placement", "mode", "cuda_graph", "dtype", "world_size", "nodes", "backend")
+    return {
+        "record": "fit",
+        **{key: first[key] for key in keys},
+        "alpha_us": alpha,
+        "beta_gbps": beta,
+        "beta_busbw_gbps": beta * factor,
+        "max_rel_error": worst,
+        "points": len(usable),
+        "min_size_bytes": min(row["size_bytes"] for row in usable),
+        "max_size_bytes": max(row["size_bytes"] for row in usable),
+        "method": FIT_METHOD,
+    }
+
+
+def _json_safe(record: dict) -> dict:
+    """NaN and inf are not JSON: write them as null."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+
+
+# ---- the table ------------------------------------------------------------------------------------------
+
+
+def format_time(us: float | None) -> str:
+    """nccl-tests' time column: fewer decimals as the time grows."""
+    if us is None or not math.isfinite(us):
+        return "N/A"
+    return f"{us:7.0f}" if us >= 10000 else f"{us:7.1f}" if us >= 100 else f"{us:7.2f}"
+
+
+def _bw(value: float | None) -> str:
+    return "N/A" if value is None or not math.isfinite(value) else f"{value:.2f}"
+
+
+def _wrong(value: int | None) -> str:
+    return "N/A" if value is None else str(value)
+
+
+class Table:
+    """nccl-tests' columns and units. Throughput: one line per size, out-of-place then in-place, as
+    nccl-tests prints. Latency: one line per size and placement, with the distribution."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self.lines: list[str] = []
+        self.pending: dict[int, dict[str, dict]] = {}
+
+    def emit(self, line: str) -> None:
+        self.lines.append(line)
+        print(line, file=self.stream, flush=True)
+
+    def begin(self, title: str, mode: str, cuda_graph: bool, placements: list[str]) -> None:
+        self.mode, self.graph, self.placements = mode, cuda_graph, placements
+        self.emit("#")
+        self.emit(f"# {title}")
+        host = cuda_graph  # graph tables add the host overhead that graph replay removed
+        if mode == "throughput":
+            groups = [p.replace("_", "-") for p in placements]
+            width = 32 + (9 if host else 0)  # the cells of one placement, below
+            self.emit("# " + " " * 50 + "".join(f"{g:^{width}}" for g in groups))
+            cols = "  %7s  %6s  %6s %6s" + ("  %7s" if host else "")
+            names = ("time", "algbw", "busbw", "#wrong") + (("host",) if host else ())
+            units = ("(us)", "(GB/s)", "(GB/s)", "") + (("(us)",) if host else ())
+            head = f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}"
+            unit = f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}"
+            self.emit(head + "".join(cols % names for _ in placements))
+            self.emit(unit + "".join(cols % units for _ in placements))
+        else:
+            stats = ("p50", "p90", "p99", "min", "max", "skew")
+            head = f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'placement':>12}"
+            head += "".join(f"  {s:>7}" for s in stats) + f"  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}"
+            unit = f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'':>12}"
+            unit += "".join(f"  {'(us)':>7}" for _ in stats) + f"  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}"
+            if host:
+                head, unit = head + f"  {'host':>7}", unit + f"  {'(us)':>7}"
+            self.emit(head)
+            self.emit(unit)
+
+    def add(self, row: dict, type_name: str) -> None:
+        lead = f"{row['size_bytes']:12d}  {row['count']:12d}  {type_name:>8}  {row['op']:>6}  {row['root']:6d}"
+        if self.mode != "throughput":
+            self.emit(lead + f"  {row['placement']:>12}" + self._latency_cells(row))
+            return
+        by_placement = self.pending.setdefault(row["size_bytes"], {})
+        by_placement[row["placement"]] = row
+        if len(by_placement) == len(self.placements):
+            del self.pending[row["size_bytes"]]
+            self.emit(lead + "".join(self._throughput_cells(by_placement[p]) for p in self.placements))
+
+    def _throughput_cells(self, row: dict) -> str:
+        cells = f"  {format_time(row['time_us']):>7}  {_bw(row['algbw_gbps']):>6}  {_bw(row['busbw_gbps']):>6}"
+        cells += f"  {_wrong(row['wrong']):>5}"
+        if self.graph:
+            cells += f"  {format_time(row['host_overhead_us']):>7}"
+        return cells
+
+    def _latency_cells(self, row: dict) -> str:
+        stats = ("p50_us", "p90_us", "p99_us", "min_us", "max_us", "skew_us")
+        cells = "".join(f"  {format_time(row[s]):>7}" for s in stats)
+        cells += f"  {_bw(row['algbw_gbps']):>6}  {_bw(row['busbw_gbps']):>6}  {_wrong(row['wrong']):>6}"
+        if self.graph:
+            cells += f"  {format_time(row['host_overhead_us']):>7}"
+        return cells
+
+
+# ---- writers --------------------------------------------------------------------------------------------
+
+
+class NullOutput:
+    """What ranks other than 0 write: nothing."""
+
+    def header(self, record: dict, preamble: Iterable[str]) -> None:
+        pass
+
+    def begin_table(self, collective: str, mode: str, cuda_graph: bool, placements: list[str]) -> None:
+        pass
+
+    def row(self, row: dict, type_name: str) -> None:
+        pass
+
+    def end_table(self, factor: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class SweepOutput(NullOutput):
+    """Rank 0's outputs: the table on `stream`, and JSON Lines, CSV and TensorBoard where asked for."""
+
+    def __init__(self, json_path: str | None, csv_path: str | None, logdir: str | None, log2_x: bool, stream: TextIO):
+        self.table = Table(stream)
+        self.stream = stream
+        self.jsonl = open(json_path, "w") if json_path else None  # noqa: SIM115 (closed in close())
+        self.csv_file = open(csv_path, "w", newline="") if csv_path else None  # noqa: SIM115
+        self.csv = csv.DictWriter(self.csv_file, ROW_FIELDS, extrasaction="ignore") if self.csv_file else None
+        if self.csv:
+            self.csv.writeheader()
+            self.csv_file.flush()
+        self.tb = _TensorBoard(logdir, log2_x) if logdir else None
+        self.rows: list[dict] = []
+        self.failed_rows = 0
+        self.busbw_sum, self.busbw_count = 0.0, 0
+
+    def _json(self, record: dict) -> None:
+        if self.jsonl:
+            self.jsonl.write(json.dumps(_json_safe(record)) + "\n")
+            self.jsonl.flush()
+
+    def header(self, record: dict, preamble: Iterable[str]) -> None:
+        self._json(record)
+        for line in preamble:
+            self.table.emit(line)
+        if self.tb:
+            self.tb.text("raw_sweep/header", "    " + json.dumps(record, indent=1).replace("\n", "\n    "))
+
+    def begin_table(self, collective: str, mode: str, cuda_graph: bool, placements: list[str]) -> None:
+        title = f"{collective}, mode {mode}" + (" (CUDA graph replay)" if cuda_graph else " (eager)")
+        self.table.begin(title, mode, cuda_graph, placements)
+        self.rows = []
+
+    def row(self, row: dict, type_name: str) -> None:
+        self.rows.append(row)
+        self._json({"record": "row", **row})
+        if self.csv:
+            self.csv.writerow(_json_safe(row))
+            self.csv_file.flush()
+        if self.tb:
+            self.tb.row(row)
+        self.table.add(row, type_name)
+
+    def end_table(self, factor: float) -> None:
+        measured = [row for row in self.rows if row["time_us"] is not None]
+        wrong_rows = sum(1 for row in self.rows if row["wrong"])
+        busbw = [row["busbw_gbps"] for row in measured if math.isfinite(row["busbw_gbps"] or math.nan)]
+        self.failed_rows += wrong_rows
+        self.busbw_sum, self.busbw_count = self.busbw_sum + sum(busbw), self.busbw_count + len(busbw)
+        avg = sum(busbw) / len(busbw) if busbw else math.nan
+        self.table.emit(f"# Out of bounds values : {wrong_rows} {'FAILED' if wrong_rows else 'OK'}")
+        self.table.emit(f"# Avg bus bandwidth    : {avg:g} (nccl-tests' mean of the rows' busbw)")
+        for placement in dict.fromkeys(row["placement"] for row in measured):
+            record = fit_record([row for row in measured if row["placement"] == placement], factor)
+            if record is None:
+                continue
+            self._json(record)
+            beta, bus = record["beta_gbps"], record["beta_busbw_gbps"]
+            self.table.emit(
+                f"# Fit {placement}: time = alpha + S/beta, alpha = {record['alpha_us']:.2f} us, "
+                f"beta = {beta:.3g} GB/s (busbw {bus:.3g} GB/s), max error {100 * record['max_rel_error']:.0f}% "
+                f"over {record['points']} sizes"
+            )
+        for placement, reason in dict.fromkeys((r["placement"], r["skipped"]) for r in self.rows if r["skipped"]):
+            self.table.emit(f"# Skipped {placement}: {reason}")
+
+    def close(self) -> None:
+        if self.tb:
+            self.tb.text("raw_sweep/table", "    " + "\n    ".join(self.table.lines))
+            self.tb.close()
+        for handle in (self.jsonl, self.csv_file):
+            if handle:
+                handle.close()
+
+
+class _TensorBoard:
+    """busbw and time against size per collective; x is log2(size in bytes) when every size is a power
+    of two (rounded), else the size in bytes. TensorBoard's step axis cannot be made logarithmic."""
+
+    def __init__(self, logdir: str, log2_x: bool):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(logdir)
+        self.log2_x = log2_x
+        axis = "log2(size in bytes)" if log2_x else "size in bytes"
+        self.text("raw_sweep/x_axis", f"x axis of every raw_sweep chart: {axis}")
+
+    def row(self, row: dict[str, Any]) -> None:
+        if row["time_us"] is None or row["size_bytes"] <= 0:
+            return
+        step = round(math.log2(row["size_bytes"])) if self.log2_x else row["size_bytes"]
+        variant = row["mode"] + ("_graph" if row["cuda_graph"] else "")
+        prefix = f"raw_sweep/{row['collective']}/{variant}/{row['placement']}"
+        self.writer.add_scalar(f"{prefix}/time_us", row["time_us"], step)
+        if math.isfinite(row["busbw_gbps"]):
+            self.writer.add_scalar(f"{prefix}/busbw_gbps", row["busbw_gbps"], step)
+        self.writer.flush()
+
+    def text(self, tag: str, text: str) -> None:
+        self.writer.add_text(tag, text)
+
+    def close(self) -> None:
+        self.writer.close()
