@@ -24,7 +24,7 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tif
 
 # Sized so that `python train.py --model resnet50` on a 2-core machine (2 gloo processes) finishes in
 # about a minute, and a GPU run is long enough for stable medians.
-CPU_DEFAULTS = {"devices": 2, "max_steps": 12, "image_batch": 4, "token_batch": 2}
+CPU_DEFAULTS = {"devices": 2, "max_steps": 20, "image_batch": 4, "token_batch": 2}
 GPU_DEFAULTS = {"max_steps": 200, "image_batch": 64, "token_batch": 8}
 
 
@@ -226,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="samples per device per micro-batch (default: 4 images / 2 sequences on CPU, 64 / 8 on GPU)",
     )
-    add("--max-steps", type=int, help="optimizer steps (default: 12 on CPU, 200 on GPU)")
+    add("--max-steps", type=int, help="optimizer steps (default: 20 on CPU, 200 on GPU)")
     add("--precision", help=f"one of: {', '.join(PRECISIONS)} (default: bf16-mixed on GPU, 32-true on CPU)")
     add("--accelerator", default="auto", help=f"one of: {', '.join(ACCELERATORS)}")
     add("--devices", type=int, help="processes per node (default: from torchrun/SLURM, all GPUs, or 2 on CPU)")

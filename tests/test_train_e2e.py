@@ -1,0 +1,127 @@
+"""train.py end to end, started as a user starts it: real processes, gloo, real TensorBoard event files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from models import get_model_spec, trainable_parameters
+
+REPO = Path(__file__).resolve().parent.parent
+PROMISED_TAGS = [
+    "step/time_ms",
+    "step/samples_per_s",
+    "comm/bytes",
+    "comm/buckets",
+    "comm/time_ms",
+    "comm/algbw_gbps",
+    "comm/busbw_gbps",
+    "comm/max_bucket_ms",
+]
+BUCKET_TAGS = ["time_ms", "bytes", "busbw_gbps"]
+
+
+def run_train(args: list[str], tmp_path: Path, launcher: list[str] | None = None, timeout: int = 300):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE"))}
+    env.update(GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1")
+    cmd = (launcher or [sys.executable]) + [str(REPO / "train.py"), "--logdir", str(tmp_path / "runs"), *args]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def only_run_dir(tmp_path: Path) -> Path:
+    summaries = list((tmp_path / "runs").glob("*/*/summary.json"))
+    assert len(summaries) == 1, f"expected one run, found {summaries}"
+    return summaries[0].parent
+
+
+def load_events(run_dir: Path) -> EventAccumulator:
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "histograms": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+@pytest.mark.slow
+def test_two_process_run_writes_promised_tags(tmp_path):
+    steps = 5
+    proc = run_train(["--model", "resnet_tiny", "--max-steps", str(steps), "--bucket-cap-mb", "0.5"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    acc = load_events(run_dir)
+    tags = acc.Tags()["scalars"]
+    for tag in PROMISED_TAGS:
+        assert tag in tags, f"missing {tag}"
+        assert [e.step for e in acc.Scalars(tag)] == list(range(steps)), tag
+    buckets_per_step = [int(e.value) for e in acc.Scalars("comm/buckets")]
+    assert buckets_per_step[0] == 1 and buckets_per_step[-1] > 1, buckets_per_step
+    for i in range(buckets_per_step[-1]):
+        for name in BUCKET_TAGS:
+            assert f"comm/bucket_{i:02d}/{name}" in tags
+    # fp32 with the plain hook: every step moves exactly 4 bytes per trainable parameter.
+    params = trainable_parameters(get_model_spec("resnet_tiny").build())
+    assert [e.value for e in acc.Scalars("comm/bytes")] == [4 * params] * steps
+    # Bucket bytes add up to the step's bytes.
+    last = steps - 1
+    bucket_bytes = sum(acc.Scalars(f"comm/bucket_{i:02d}/bytes")[-1].value for i in range(buckets_per_step[last]))
+    assert bucket_bytes == 4 * params
+    assert all(e.value > 0 for e in acc.Scalars("step/time_ms"))
+    assert "comm/bucket_time_ms" in acc.Tags()["histograms"]
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["completed"] is True
+    assert summary["world_size"] == 2 and summary["backend"] == "gloo"
+    assert summary["totals"]["steps_measured"] == steps - 2, "steps 0 and 1 are warm-up"
+    assert summary["totals"]["bytes_per_step"] == 4 * params
+    assert sum(b["bytes"] for b in summary["buckets"]) == 4 * params
+    assert summary["settings"]["model"] == "resnet_tiny"
+    assert summary["versions"]["torch"] and "lightning" in summary["versions"]
+    assert summary["ddp_logging"]["comm_hook"] == "timed_allreduce_hook"
+    assert all(
+        key.startswith(("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_", "WORLD", "LOCAL", "MASTER", "SLURM"))
+        for key in summary["env"]
+    )
+    assert summary["env"]["NCCL_NVLS_ENABLE"] == "0"
+    # The table on stdout: one row per bucket.
+    assert "# Gradient communication: 2 ranks, gloo" in proc.stdout
+    # hparams live in the run's own event file (the HParams plugin's session data).
+    assert "_hparams_/session_start_info" in acc.summary_metadata
+
+
+@pytest.mark.slow
+def test_fp16_hook_halves_bytes_with_accumulation(tmp_path):
+    proc = run_train(
+        ["--model", "gpt_tiny", "--max-steps", "3", "--comm-hook", "fp16", "--accumulate-grad-batches", "2"],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    acc = load_events(only_run_dir(tmp_path))
+    params = trainable_parameters(get_model_spec("gpt_tiny").build())
+    # Hooks fire only on the micro-batch that steps the optimizer: one point per optimizer step.
+    assert [e.value for e in acc.Scalars("comm/bytes")] == [2 * params] * 3
+
+
+@pytest.mark.slow
+def test_resnet50_without_launcher(tmp_path):
+    proc = run_train(["--model", "resnet50", "--max-steps", "3", "--batch-size", "2", "--image-size", "64"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())
+    assert summary["world_size"] == 2
+    assert summary["totals"]["bytes_per_step"] == 4 * 25_557_032
+
+
+@pytest.mark.slow
+def test_resnet50_under_torchrun(tmp_path):
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    proc = run_train(
+        ["--model", "resnet50", "--max-steps", "3", "--batch-size", "2", "--image-size", "64"], tmp_path, torchrun
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())
+    assert summary["settings"]["launcher"] == "torchrun"
+    assert summary["world_size"] == 2
+    assert summary["env"]["WORLD_SIZE"] == "2"
