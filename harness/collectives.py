@@ -138,7 +138,8 @@ def input_values(rank, idx: torch.Tensor, n: int, op: str | None, dtype: torch.d
             return 1 + (idx + rank) % k
         return (idx % n == rank).long()  # beyond the limit: one rank contributes 1, the rest 0
     if op == "prod":
-        m = -(-n // MAX_DOUBLINGS.get(dtype, MAX_DOUBLINGS_DEFAULT))  # at most that many ranks give a 2
+        # Every m-th rank gives a 2, so at most ceil(n/m) twos multiply: within the dtype's doublings.
+        m = max(2, -(-n // MAX_DOUBLINGS.get(dtype, MAX_DOUBLINGS_DEFAULT)))
         return 1 + ((idx + rank) % m == 0).long()
     return 1 + (5 * idx + 3 * rank) % 11  # max, min
 
