@@ -1,0 +1,64 @@
+"""Pure arithmetic of per-step statistics: busy time, tail, bandwidth, warm-up and bounded samples."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.comm_hook import BucketTiming
+from harness.metrics import percentile
+from harness.step_stats import BoundedSamples, RunAggregate, busy_ms, step_stats
+
+
+def timing(index: int, ready: float, done: float, bytes_: int = 1000, exec_ms: float | None = None) -> BucketTiming:
+    return BucketTiming(0, index, 2, bytes_ // 4, bytes_, "float32", ready, done, exec_ms)
+
+
+def test_busy_time_is_the_union_of_intervals():
+    assert busy_ms([]) == 0
+    assert busy_ms([(0, 2), (1, 3)]) == 3  # overlapping (gloo runs two at once)
+    assert busy_ms([(0, 1), (2, 3)]) == 2  # a gap is not busy
+    assert busy_ms([(5, 6), (0, 10)]) == 10  # nested, any order
+
+
+def test_step_stats_from_ready_to_done_and_from_exec_time():
+    timings = [timing(0, 1.0, 3.0, 4000), timing(1, 2.0, 5.0, 4000)]
+    stats = step_stats(7, 10.0, timings, samples_per_step=64, world_size=2)
+    assert stats.bytes == 8000 and stats.buckets == 2
+    assert stats.comm_ms == pytest.approx(4.0)  # union of [1, 3] and [2, 5]
+    assert stats.tail_ms == pytest.approx(3.0)  # last ready (2) to last done (5)
+    assert stats.samples_per_s == pytest.approx(6400) and stats.samples_per_s_per_device == pytest.approx(3200)
+    assert stats.algbw_gbps == pytest.approx(8000 / 4e-3 / 1e9)
+    assert stats.busbw_gbps == pytest.approx(stats.algbw_gbps * 2 * (2 - 1) / 2)
+    assert stats.max_bucket_ms == pytest.approx(3.0)
+    assert not stats.warmup
+
+    # Where NCCL reports execution times, each bucket's time is its own, ending at its done stamp.
+    nccl = [timing(0, 0.0, 3.0, exec_ms=1.0), timing(1, 0.5, 5.0, exec_ms=2.0)]
+    stats = step_stats(0, 10.0, nccl, samples_per_step=8, world_size=1)
+    assert stats.comm_ms == pytest.approx(3.0) and stats.max_bucket_ms == pytest.approx(2.0)
+    assert stats.busbw_gbps == 0.0, "one rank: busbw is 0 by definition"
+    assert stats.warmup
+
+
+def test_bounded_samples_keep_memory_flat_and_stay_exact_below_capacity():
+    exact = BoundedSamples(capacity=100)
+    for v in range(50):
+        exact.add(float(v))
+    assert exact.percentile(50) == percentile([float(v) for v in range(50)], 50)
+    bounded = BoundedSamples(capacity=100)
+    for v in range(10_000):
+        bounded.add(float(v))
+    assert len(bounded.values) == 100 and bounded.seen == 10_000
+    assert 2000 < bounded.percentile(50) < 8000  # a uniform sample of 0..9999
+
+
+def test_aggregate_skips_warmup_steps():
+    agg = RunAggregate(world_size=2)
+    for step in range(5):
+        t = [timing(0, 0.0, 1.0 + step)]
+        agg.add(step_stats(step, 10.0, t, 8, 2), t, {})
+    assert agg.steps_logged == 5 and agg.steps_measured == 3
+    assert agg.buckets[0].times_ms.values == [3.0, 4.0, 5.0]
+    assert math.isclose(agg.comm_ms.percentile(50), 4.0)
