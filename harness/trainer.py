@@ -34,7 +34,10 @@ def prepare_process_env(cfg: TrainConfig) -> None:
     os.environ.setdefault(RUN_VERSION_ENV, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
 
 
-def build_trainer(cfg: TrainConfig) -> tuple[pl.Trainer, CommBenchModule, CommTimingCallback]:
+def build_trainer(
+    cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None
+) -> tuple[pl.Trainer, CommBenchModule, CommTimingCallback]:
+    """The Trainer, the module and the timing callback; `extra_callbacks` run before the timing callback."""
     spec = get_model_spec(cfg.model)
     ddp_kwargs = {
         "gradient_as_bucket_view": cfg.gradient_as_bucket_view,
@@ -71,7 +74,7 @@ def build_trainer(cfg: TrainConfig) -> tuple[pl.Trainer, CommBenchModule, CommTi
         max_epochs=-1,
         accumulate_grad_batches=cfg.accumulate_grad_batches,
         logger=logger,
-        callbacks=[timing, CommProgressBar(timing)],
+        callbacks=[*(extra_callbacks or []), timing, CommProgressBar(timing)],
         enable_checkpointing=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,

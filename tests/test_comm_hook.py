@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -10,6 +12,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersg
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from harness.comm_hook import make_hook_state, register_timed_hook
+from harness.dist_env import NCCL_TIMING_ENV, NVLS_OFF_ENV
 from tests.multiproc import run_workers
 
 STEPS = 4  # step 0 has one bucket, step 1 rebuilds, PowerSGD compresses from step 2
@@ -135,9 +138,7 @@ def _powersgd_many_buckets_worker(rank: int, world_size: int) -> dict:
     register_timed_hook(ddp, state)
     grads = _train_grads(ddp, rank, on_step=state.begin_step)
     end = state.stamp_now()
-    resolved = [
-        state.resolve_step(s, end if s == STEPS - 1 else state.start_stamp(s + 1)) for s in range(STEPS)
-    ]
+    resolved = [state.resolve_step(s, end if s == STEPS - 1 else state.start_stamp(s + 1)) for s in range(STEPS)]
     return {
         "grad_sample": grads[-1][:8].tolist(),
         "step_bytes": [sum(t.bytes for t in ts) for _, ts in resolved],
@@ -174,3 +175,38 @@ def test_noop_hook_sends_nothing(tmp_path):
     for res in run_workers(_noop_worker, 2, tmp_path):
         assert res["bytes"] == [0] * STEPS
         assert res["ranks_differ"], "without communication each rank keeps its own gradients"
+
+
+def _nccl_world_of_one(tmp_path) -> None:
+    os.environ.update(NCCL_TIMING_ENV)  # before the process group exists, so NCCL times its own kernels
+    os.environ.update(NVLS_OFF_ENV)
+    torch.cuda.set_device(0)
+    store = dist.FileStore(str(tmp_path / "nccl-store"), 1)
+    dist.init_process_group("nccl", store=store, rank=0, world_size=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_nccl_path_reports_execution_time_and_keeps_numerics(tmp_path):
+    _nccl_world_of_one(tmp_path)
+    device = torch.device("cuda", 0)
+    reference = DDP(_small_model().to(device), device_ids=[0], bucket_cap_mb=SMALL_BUCKET_MB)
+    timed = DDP(_small_model().to(device), device_ids=[0], bucket_cap_mb=SMALL_BUCKET_MB)
+    state = make_hook_state("allreduce", timed.module, use_cuda=True)
+    register_timed_hook(timed, state)
+    x = torch.randn(4, 3, 8, 8, device=device)
+    y = torch.randint(0, 10, (4,), device=device)
+    for step in range(STEPS):
+        state.begin_step(step)
+        for ddp in (reference, timed):
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        for a, b in zip(reference.parameters(), timed.parameters(), strict=True):
+            assert torch.equal(a.grad, b.grad)
+            a.grad = b.grad = None
+    end = state.stamp_now()
+    resolved = [state.resolve_step(s, end if s == STEPS - 1 else state.start_stamp(s + 1)) for s in range(STEPS)]
+    timings = [t for _, ts in resolved for t in ts]
+    assert len(timings) > STEPS, "several buckets after the rebuild"
+    assert all(t.exec_ms is not None and t.exec_ms > 0 for t in timings), "NCCL reports each kernel's time"
+    assert all(0 <= t.ready_ms <= t.done_ms for t in timings)
+    assert all(ms > 0 for ms, _ in resolved)

@@ -1,0 +1,121 @@
+"""Hook overhead: step time with the timed hook against DDP with no hook, interleaved in one process.
+
+    python -m bench.hook_overhead --device cuda --model resnet50 --batch-size 128      # one GPU, bf16
+    python -m bench.hook_overhead --device cpu --nproc 2 --model resnet50 --batch-size 2 --image-size 96
+
+Both variants are DDP copies of one model with the same weights and batch. "timed" registers the timed
+allreduce hook and does the per-step work the training callback does (begin the step, resolve the step
+two back, compute its statistics); "plain" is DDP's own built-in reduction. TensorBoard writing is not
+included here; bench.trainer_overhead measures the whole harness trainer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from bench.ab import interleave, time_block
+from harness.comm_hook import make_hook_state, register_timed_hook
+from harness.local_launch import spawn_local
+from harness.run_info import run_info
+from harness.step_stats import step_stats
+from models import get_model_spec
+
+
+class Variant:
+    """One DDP copy of the model, with or without the timed hook, that runs one training step per call."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, timed: bool, spec, batch, bf16: bool) -> None:
+        cuda = device.type == "cuda"
+        self.ddp = DDP(model, device_ids=[device.index] if cuda else None)
+        self.opt = torch.optim.SGD(self.ddp.parameters(), lr=0.01, momentum=0.9)
+        self.spec, self.batch, self.bf16, self.cuda = spec, batch, bf16, cuda
+        self.state = make_hook_state("allreduce", self.ddp.module, use_cuda=cuda) if timed else None
+        if self.state is not None:
+            register_timed_hook(self.ddp, self.state)
+        self.step_index = 0
+        self.world_size = dist.get_world_size()
+
+    def step(self) -> None:
+        if self.state is not None:
+            self.state.begin_step(self.step_index)
+            done = self.step_index - 2
+            if done >= 0:
+                step_ms, timings = self.state.resolve_step(done, self.state.start_stamp(done + 1))
+                step_stats(done, step_ms, timings, 1.0, self.world_size)
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+        with autocast:
+            loss = self.spec.loss(self.ddp, self.batch)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.step_index += 1
+
+
+def worker(args: argparse.Namespace) -> None:
+    rank = dist.get_rank()
+    cuda = args.device == "cuda"
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if not cuda:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+    spec = get_model_spec(args.model)
+    torch.manual_seed(0)
+    base = spec.build(image_size=args.image_size)
+    memory_format = torch.channels_last if cuda and spec.kind == "image" else torch.contiguous_format
+    base = base.to(device, memory_format=memory_format)
+    inputs, targets = spec.make_batch(args.batch_size, device, 1000 + rank, image_size=args.image_size)
+    batch = (inputs.contiguous(memory_format=memory_format), targets)
+    plain = Variant(copy.deepcopy(base), device, False, spec, batch, cuda)
+    timed = Variant(copy.deepcopy(base), device, True, spec, batch, cuda)
+    for variant in (plain, timed):  # warm-up: bucket rebuild, cuDNN autotuning, allocator
+        time_block(variant.step, args.warmup_steps, cuda)
+    result = interleave(
+        lambda: time_block(plain.step, args.steps_per_block, cuda),
+        lambda: time_block(timed.step, args.steps_per_block, cuda),
+        args.blocks,
+    )
+    if rank == 0:
+        record = {
+            "bench": "hook_overhead",
+            "device": args.device,
+            "model": args.model,
+            "batch_size": args.batch_size,
+            "image_size": args.image_size,
+            "world_size": dist.get_world_size(),
+            "steps_per_block": args.steps_per_block,
+            **result.as_dict("plain", "timed"),
+            "run_info": run_info(),
+        }
+        line = json.dumps(record)
+        print(line, flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(line + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--nproc", type=int, help="local processes (default: 1 on cuda, 2 on cpu)")
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--warmup-steps", type=int, default=10)
+    parser.add_argument("--steps-per-block", type=int, default=10)
+    parser.add_argument("--blocks", type=int, default=30)
+    parser.add_argument("--out", help="append the result as a JSON line to this file")
+    args = parser.parse_args()
+    nproc = args.nproc or (1 if args.device == "cuda" else 2)
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    raise SystemExit(spawn_local(worker, nproc, (args,), backend=backend))
+
+
+if __name__ == "__main__":
+    main()
