@@ -20,9 +20,7 @@ import torch.distributed as dist
 WORKER_TIMEOUT_S = 240
 
 
-def _entry(
-    fn: Callable[..., Any], rank: int, world_size: int, store_path: str, queue: Any, args: tuple
-) -> None:
+def _entry(fn: Callable[..., Any], rank: int, world_size: int, store_path: str, queue: Any, args: tuple) -> None:
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     torch.set_num_threads(1)  # 2-core machines: one thread a rank keeps ranks from starving each other
     try:
@@ -42,8 +40,7 @@ def run_workers(fn: Callable[..., Any], world_size: int, tmp_path: Path, *args: 
     queue = ctx.Queue()
     store_path = str(tmp_path / f"store-{fn.__name__}-{os.getpid()}-{world_size}")
     procs = [
-        ctx.Process(target=_entry, args=(fn, rank, world_size, store_path, queue, args))
-        for rank in range(world_size)
+        ctx.Process(target=_entry, args=(fn, rank, world_size, store_path, queue, args)) for rank in range(world_size)
     ]
     for proc in procs:
         proc.start()
