@@ -288,7 +288,7 @@ def _first_call(call: Callable[[], None], device: torch.device) -> str | None:
     try:
         call()
         _sync(device)
-    except (RuntimeError, ValueError, TypeError, NotImplementedError) as err:
+    except (RuntimeError, ValueError, NotImplementedError) as err:
         error = f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
     if _all_max(1 if error else 0, device):
         return error or "another rank could not run this call"
@@ -333,8 +333,8 @@ def _throughput(call, graph: bool, plan: Plan, device: torch.device) -> dict:
         step, calls, reps = call, 1, plan.iters
     elapsed = _timed_run(step, reps, clock, device)
     more = _agreed_reps(reps, elapsed, plan.min_time_s, device)
-    if more > reps:
-        reps, elapsed = more, _timed_run(step, more, clock, device)
+    if more > reps:  # extend the run: time per call is then the sum of times over the sum of calls
+        reps, elapsed = more, elapsed + _timed_run(step, more - reps, clock, device)
     per_rank = _gather([elapsed / (reps * calls)], device)[:, 0]
     return {
         "iters": reps * calls,
@@ -453,7 +453,8 @@ def _header(plan: Plan, ranks: list[dict], device: torch.device) -> tuple[dict, 
     notes = ["time across ranks is the slowest rank's (max); skew_us is the spread"]
     if plan.world_size == 1:
         notes.append("world size 1: busbw is 0 by definition (no data crosses a link)")
-    record = {"record": "header", "tool": "harness.raw_sweep", "argv": sys.argv[1:], **run_info()}
+    info = run_info() if dist.get_rank() == 0 else {}  # it imports lightning and torchvision: seconds
+    record = {"record": "header", "tool": "harness.raw_sweep", "argv": sys.argv[1:], **info}
     record |= {"launcher": plan.launcher, "backend": plan.backend, "device": device.type}
     record |= {"world_size": plan.world_size, "nodes": plan.nodes, "ranks": ranks, "notes": notes}
     record["plan"] = {k: v for k, v in asdict(plan).items() if k not in ("json_path", "csv_path", "logdir")}
