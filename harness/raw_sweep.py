@@ -117,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
         description="Raw collective sweep with nccl-tests' semantics. Sizes take K/M/G (binary) suffixes.",
-        epilog="See the module docstring (python -c 'import harness.raw_sweep as m; help(m)') for launch commands.",
+        epilog="launch:\n" + (__doc__ or "\n\n").split("\n\n")[1] + "\n\nsemantics and differences from nccl-tests: "
+        "python -c 'import harness.raw_sweep as m; help(m)'",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sizes = parser.add_argument_group("sizes (bytes)")
     sizes.add_argument("-b", "--min-bytes", help="smallest size (default 8)")
@@ -131,14 +133,21 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("-d", "--dtype", default="float32", help=f"{', '.join(DTYPES)} (default float32)")
     what.add_argument("-o", "--op", default="sum", help=f"reduction: {', '.join(REDUCE_OPS)} (default sum)")
     what.add_argument("-r", "--root", type=int, default=0, help="root of broadcast and reduce (default 0)")
-    what.add_argument("--placements", default="out_of_place,in_place", help="out_of_place, in_place (default both)")
+    what.add_argument(
+        "--placements",
+        default="out_of_place,in_place",
+        help="out_of_place, in_place (default both; out_of_place all_reduce, broadcast and reduce "
+        "copy, then call in place: torch has no out-of-place form)",
+    )
     timing = parser.add_argument_group("timing")
     timing.add_argument("--mode", default="throughput", help="throughput, latency, or both (default throughput)")
     timing.add_argument("-G", "--cuda-graph", type=int, nargs="?", const=1, default=0, metavar="LAUNCHES",
                         help="also measure with CUDA graph replay, LAUNCHES replays per run (NCCL only)")  # fmt: skip
     timing.add_argument("-w", "--warmup", type=int, default=5, help="warm-up calls per size (default 5)")
     timing.add_argument("-n", "--iters", type=int, default=20, help="timed calls per size (default 20)")
-    timing.add_argument("-c", "--check", type=int, default=1, help="checked calls per size after timing; 0: none")
+    timing.add_argument(
+        "-c", "--check", type=int, default=1, help="checked calls per size after timing (default 1; 0: none)"
+    )
     timing.add_argument("--min-time-ms", type=float, help="grow the iteration count until a timed run lasts "
                         "this long (default 50 on CPU, 0 = exactly -n on GPU)")  # fmt: skip
     world = parser.add_argument_group("world")
