@@ -1,7 +1,8 @@
 """Start N processes on this machine, as torchrun would, for runs without a launcher.
 
 Each process gets torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE), MASTER_ADDR on
-loopback, GLOO_SOCKET_IFNAME=lo unless already set, and NVLink multicast off. The processes meet through
+loopback, GLOO_SOCKET_IFNAME=lo unless already set, NVLink multicast off, and, like torchrun, one OpenMP
+thread (OMP_NUM_THREADS=1) when there are several processes and OMP_NUM_THREADS is unset. The processes meet through
 a file in a fresh temporary directory (a `file://` init method), never through a "free" port: a port
 found free can be taken by someone else before the rendezvous binds it.
 
@@ -90,6 +91,11 @@ def _entry(
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     os.environ.update(env)
     apply_safe_nccl_env()
+    if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
+        # As torchrun does: one intra-op thread per process unless told otherwise. Idle OpenMP threads spin
+        # after each parallel op and starve the communication threads of the other local processes.
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
     if not init_process_group:
         worker(*args)
         return
