@@ -135,6 +135,8 @@ class Table:
         self.emit("#")
         self.emit(f"# {title}")
         host = cuda_graph  # graph tables add the host overhead that graph replay removed
+        if host:
+            self.emit("# host: eager time - graph time, the per-call host overhead that graph replay removes")
         if mode == "throughput":
             groups = [p.replace("_", "-") for p in placements]
             width = 32 + (9 if host else 0)  # the cells of one placement, below
