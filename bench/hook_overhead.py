@@ -3,10 +3,12 @@
     python -m bench.hook_overhead --device cuda --model resnet50 --batch-size 128      # one GPU, bf16
     python -m bench.hook_overhead --device cpu --nproc 2 --model resnet50 --batch-size 2 --image-size 96
 
-Both variants are DDP copies of one model with the same weights and batch. "timed" registers the timed
-allreduce hook and does the per-step work the training callback does (begin the step, resolve the step
-two back, compute its statistics); "plain" is DDP's own built-in reduction. TensorBoard writing is not
-included here; bench.trainer_overhead measures the whole harness trainer.
+The variants are DDP copies of one model with the same weights and batch:
+- plain: DDP's own built-in (C++) reduction, no hook;
+- torch_hook: torch's own Python `allreduce_hook`, the floor for any Python hook;
+- timed: the timed allreduce hook plus the per-step work the training callback does (begin the step,
+  resolve the step two back, compute its statistics). TensorBoard writing is not included here;
+  bench.trainer_overhead measures the whole harness trainer.
 """
 
 from __future__ import annotations
@@ -14,32 +16,38 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
 import json
 import os
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from bench.ab import interleave, time_block
+from bench.ab import interleave, summarize, time_block
 from harness.comm_hook import make_hook_state, register_timed_hook
 from harness.local_launch import spawn_local
 from harness.run_info import run_info
 from harness.step_stats import step_stats
 from models import get_model_spec
 
+VARIANTS = ("plain", "torch_hook", "timed")
+
 
 class Variant:
     """One DDP copy of the model, with or without the timed hook, that runs one training step per call."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device, timed: bool, spec, batch, bf16: bool) -> None:
+    def __init__(self, model: torch.nn.Module, device: torch.device, hook: str, spec, batch, bf16: bool) -> None:
         cuda = device.type == "cuda"
         self.ddp = DDP(model, device_ids=[device.index] if cuda else None)
         self.opt = torch.optim.SGD(self.ddp.parameters(), lr=0.01, momentum=0.9)
         self.spec, self.batch, self.bf16, self.cuda = spec, batch, bf16, cuda
-        self.state = make_hook_state("allreduce", self.ddp.module, use_cuda=cuda) if timed else None
+        self.state = make_hook_state("allreduce", self.ddp.module, use_cuda=cuda) if hook == "timed" else None
         if self.state is not None:
             register_timed_hook(self.ddp, self.state)
+        elif hook == "torch_hook":
+            self.ddp.register_comm_hook(None, default_hooks.allreduce_hook)
         self.step_index = 0
         self.world_size = dist.get_world_size()
 
@@ -72,15 +80,15 @@ def worker(args: argparse.Namespace) -> None:
     base = base.to(device, memory_format=memory_format)
     inputs, targets = spec.make_batch(args.batch_size, device, 1000 + rank, image_size=args.image_size)
     batch = (inputs.contiguous(memory_format=memory_format), targets)
-    plain = Variant(copy.deepcopy(base), device, False, spec, batch, cuda)
-    timed = Variant(copy.deepcopy(base), device, True, spec, batch, cuda)
-    for variant in (plain, timed):  # warm-up: bucket rebuild, cuDNN autotuning, allocator
+    torch.backends.cudnn.benchmark = cuda
+    variants = {name: Variant(copy.deepcopy(base), device, name, spec, batch, cuda) for name in VARIANTS}
+    for variant in variants.values():  # warm-up: bucket rebuild, cuDNN autotuning, allocator
         time_block(variant.step, args.warmup_steps, cuda)
-    result = interleave(
-        lambda: time_block(plain.step, args.steps_per_block, cuda),
-        lambda: time_block(timed.step, args.steps_per_block, cuda),
-        args.blocks,
-    )
+    runners = {
+        name: functools.partial(time_block, variant.step, args.steps_per_block, cuda)
+        for name, variant in variants.items()
+    }
+    samples = interleave(runners, args.blocks)
     if rank == 0:
         record = {
             "bench": "hook_overhead",
@@ -90,7 +98,7 @@ def worker(args: argparse.Namespace) -> None:
             "image_size": args.image_size,
             "world_size": dist.get_world_size(),
             "steps_per_block": args.steps_per_block,
-            **result.as_dict("plain", "timed"),
+            **summarize(samples, "plain"),
             "run_info": run_info(),
         }
         line = json.dumps(record)

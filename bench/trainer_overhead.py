@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from bench.ab import ABResult, time_block
+from bench.ab import interleave, summarize, time_block
 from harness.local_launch import spawn_local
 from harness.run_info import run_info
 from harness.train_config import TrainConfig
@@ -101,24 +101,22 @@ def worker(args: argparse.Namespace) -> None:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
+    torch.backends.cudnn.benchmark = cuda  # as the harness Trainer sets it on GPU
     step = plain_loop(args, device)
     time_block(step, args.warmup_steps, cuda)
-    result = ABResult([], [])
     with tempfile.TemporaryDirectory() as logdir:
-        for r in range(args.rounds):
-            if r % 2 == 0:
-                plain_ms = time_block(step, args.steps, cuda)
-                harness_ms = harness_round(args, cuda, logdir, r)
-            else:
-                harness_ms = harness_round(args, cuda, logdir, r)
-                plain_ms = time_block(step, args.steps, cuda)
-            result.a_ms.append(harness_ms)
-            result.b_ms.append(plain_ms)
-            if dist.get_rank() == 0:
-                print(f"round {r}: plain {plain_ms:.2f} ms/step, harness {harness_ms:.2f} ms/step", flush=True)
+        rounds = iter(range(args.rounds))
+        runners = {
+            "plain": lambda: time_block(step, args.steps, cuda),
+            "harness": lambda: harness_round(args, cuda, logdir, next(rounds)),
+        }
+        samples = interleave(runners, args.rounds)
     if dist.get_rank() == 0:
-        summary = result.as_dict("harness", "plain")
-        # ratio = plain / harness: the harness's throughput as a fraction of the plain loop's.
+        for r, (plain_ms, harness_ms) in enumerate(zip(samples["plain"], samples["harness"], strict=True)):
+            print(f"round {r}: plain {plain_ms:.2f} ms/step, harness {harness_ms:.2f} ms/step", flush=True)
+        # harness_vs_plain ratio: harness ms / plain ms per round; throughput fraction = 1 / ratio.
+        summary = summarize(samples, "plain")
+        summary["harness_throughput_fraction_p50"] = 1.0 / summary["harness_vs_plain_ratio_p50"]
         record = {
             "bench": "trainer_overhead",
             "model": args.model,
@@ -139,9 +137,9 @@ def main() -> None:
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--warmup-steps", type=int, default=15)
+    parser.add_argument("--warmup-steps", type=int, default=20)
     parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", help="append the result as a JSON line to this file")
     args = parser.parse_args()
     cfg_probe = TrainConfig(accelerator="gpu" if args.device == "cuda" else "cpu", devices=1)

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
 HOOK_NAMES = ("allreduce", "fp16", "bf16", "powersgd", "noop")
+_DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 COMPRESSED_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -158,8 +159,9 @@ class TimedHookState:
         else:
             record.done_ns = time.perf_counter_ns()
 
-    def _new_record(self, bucket: dist.GradBucket, bytes_: int, dtype: torch.dtype) -> BucketRecord:
-        buffer = bucket.buffer()
+    def _new_record(
+        self, bucket: dist.GradBucket, buffer: torch.Tensor, bytes_: int, dtype: torch.dtype
+    ) -> BucketRecord:
         index = bucket.index()
         layout = self.bucket_layout.get(index)
         if layout is None or layout.numel != buffer.numel():
@@ -174,7 +176,7 @@ class TimedHookState:
             num_params=layout.num_params,
             numel=buffer.numel(),
             bytes=bytes_,
-            dtype=str(dtype).removeprefix("torch."),
+            dtype=_DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch."),
         )
         self._records.setdefault(self.step, []).append(record)
         return record
@@ -245,6 +247,15 @@ def _work_duration_ms(work: dist.Work | None) -> float | None:
         return None
 
 
+def _all_reduce_sum(tensor: torch.Tensor, group: dist.ProcessGroup) -> dist.Work:
+    """`dist.all_reduce(tensor, group=group, async_op=True)` without its Python wrapper.
+
+    The wrapper's argument checks and logging decorators cost tens of µs a call on the autograd thread;
+    the process group's own method launches the same collective (sum is AllreduceOptions' default).
+    """
+    return group.allreduce([tensor], dist.AllreduceOptions())
+
+
 def _group(state: TimedHookState) -> dist.ProcessGroup:
     return state.process_group if state.process_group is not None else dist.group.WORLD
 
@@ -253,10 +264,10 @@ def timed_allreduce_hook(state: TimedHookState, bucket: dist.GradBucket) -> torc
     """torch's `allreduce_hook`, timed: pre-divide by world size, then sum, exactly as DDP's default."""
     group = _group(state)
     tensor = bucket.buffer()
-    record = state._new_record(bucket, tensor.numel() * tensor.element_size(), tensor.dtype)
+    record = state._new_record(bucket, tensor, tensor.numel() * tensor.element_size(), tensor.dtype)
     state._stamp_ready(record)
     tensor.div_(group.size())
-    record.work = dist.all_reduce(tensor, group=group, async_op=True)
+    record.work = _all_reduce_sum(tensor, group)
 
     def done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
         state._stamp_done(record)
@@ -271,10 +282,10 @@ def _timed_compress_hook(
     """torch's `fp16_compress_hook` / `bf16_compress_hook`, timed; the bytes counted are the compressed ones."""
     group = _group(state)
     buffer = bucket.buffer()
-    record = state._new_record(bucket, buffer.numel() * torch.tensor([], dtype=dtype).element_size(), dtype)
+    record = state._new_record(bucket, buffer, buffer.numel() * dtype.itemsize, dtype)
     state._stamp_ready(record)
     compressed = buffer.to(dtype).div_(group.size())
-    record.work = dist.all_reduce(compressed, group=group, async_op=True)
+    record.work = _all_reduce_sum(compressed, group)
 
     def decompress(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
         state._stamp_done(record)
@@ -304,7 +315,7 @@ def timed_powersgd_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch
     buffer = bucket.buffer()
     before_compression = ps_state.iter < ps_state.start_powerSGD_iter
     numel_before = ps_state.total_numel_after_compression
-    record = state._new_record(bucket, 0, buffer.dtype)
+    record = state._new_record(bucket, buffer, 0, buffer.dtype)
     state._stamp_ready(record)
     fut = powersgd.powerSGD_hook(ps_state, bucket)
     sent_numel = buffer.numel() if before_compression else ps_state.total_numel_after_compression - numel_before
@@ -319,11 +330,12 @@ def timed_powersgd_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch
 
 def timed_noop_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """No communication at all: each rank keeps its own gradients. Measures the compute-only step."""
-    record = state._new_record(bucket, 0, bucket.buffer().dtype)
+    buffer = bucket.buffer()
+    record = state._new_record(bucket, buffer, 0, buffer.dtype)
     state._stamp_ready(record)
     state._stamp_done(record)
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(bucket.buffer())
+    fut.set_result(buffer)
     return fut
 
 

@@ -6,6 +6,7 @@ torch's behaviour, and nothing else in a user's environment belongs in a results
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import socket
@@ -56,11 +57,11 @@ def versions() -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "nccl": nccl_version() if torch.cuda.is_available() else None,
     }
+    # Package metadata, not imports: importing lightning and torchvision just to read a version costs seconds.
     for name in ("lightning", "torchvision", "tensorboard"):
         try:
-            module = __import__(name)
-            info[name] = getattr(module, "__version__", None)
-        except ImportError:
+            info[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
             info[name] = None
     return info
 

@@ -20,6 +20,7 @@ from harness import run_summary
 from harness.comm_hook import BucketTiming, TimedHookState, make_hook_state, register_timed_hook
 from harness.metrics import busbw_gbps
 from harness.step_stats import RunAggregate, StepStats, step_stats
+from harness.tb_step_writer import write_step
 
 RESOLVE_LAG_STEPS = 2
 
@@ -172,11 +173,7 @@ def _log_step(writer: Any, stats: StepStats, timings: list[BucketTiming], world_
         scalars[f"{prefix}/ready_to_done_ms"] = t.ready_to_done_ms
         if t.exec_ms is not None:
             scalars[f"{prefix}/exec_ms"] = t.exec_ms
-    for tag, value in scalars.items():
-        if value is not None and math.isfinite(value):
-            writer.add_scalar(tag, value, global_step=step)
-    if timings:
-        writer.add_histogram("comm/bucket_time_ms", torch.tensor([t.time_ms for t in timings]), global_step=step)
+    write_step(writer, step, scalars, {"comm/bucket_time_ms": [t.time_ms for t in timings]})
 
 
 def _max_buckets(module: torch.nn.Module, bucket_cap_mb: float | None) -> int:
