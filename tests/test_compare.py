@@ -1,0 +1,335 @@
+"""harness.compare: the delta arithmetic and baseline choice alone, then on real runs that train.py makes here."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import compare
+from harness.compare import RunData, build_rows, change_pct, change_pt, measured, select_baseline, sort_rows
+from harness.errors import UsageError
+
+REPO = Path(__file__).resolve().parent.parent
+# Two runs that differ in what travels: a small bucket cap with DDP's averaging, and fp16 compression.
+VARIANTS = {"bucket0.5": ["--bucket-cap-mb", "0.5"], "fp16": ["--comm-hook", "fp16"]}
+RUN_TIMEOUT_S = 240
+PCT_METRICS = ("samples_per_s", "step_ms", "comm_ms", "exposed_ms")
+
+
+def train_env() -> dict[str, str]:
+    """The test's environment without a launcher's or an earlier run's variables."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE", "COMMBENCH_RUN_VERSION"))
+    }
+    env.update(GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1")
+    return env
+
+
+def make_runs(logdir: Path, variants: dict[str, list[str]]) -> dict[str, Path]:
+    """Run train.py once per variant (all at once: the runs' numbers are only compared to their own
+    summary.json) and return each run's directory, `<logdir>/<name>/<version>`."""
+    procs = {}
+    for name, args in variants.items():
+        cmd = [sys.executable, str(REPO / "train.py"), "--model", "resnet_tiny", "--max-steps", "4"]
+        cmd += ["--logdir", str(logdir), "--run-name", name, *args]
+        log = open(logdir.parent / f"{name}.log", "w")  # noqa: SIM115 (closed below, after the process ends)
+        procs[name] = (subprocess.Popen(cmd, cwd=logdir.parent, env=train_env(), stdout=log, stderr=log), log)
+    try:
+        for name, (proc, log) in procs.items():
+            proc.wait(timeout=RUN_TIMEOUT_S)
+            log.close()
+            assert proc.returncode == 0, (logdir.parent / f"{name}.log").read_text()[-3000:]
+    finally:
+        for proc, log in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+            log.close()
+    return {name: only_child(logdir / name) for name in variants}
+
+
+def only_child(path: Path) -> Path:
+    children = [p for p in path.iterdir() if p.is_dir()]
+    assert len(children) == 1, children
+    return children[0]
+
+
+def run_compare(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.compare", *args],
+        cwd=cwd,
+        env={**train_env(), "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def real_runs(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
+    root = tmp_path_factory.mktemp("compare")
+    logdir = root / "runs"
+    logdir.mkdir()
+    return logdir, make_runs(logdir, VARIANTS)
+
+
+# -- pure: no files ---------------------------------------------------------------------------------------
+
+
+def test_change_arithmetic():
+    assert change_pct(110.0, 100.0) == pytest.approx(10.0)
+    assert change_pct(75.0, 100.0) == pytest.approx(-25.0)
+    assert change_pct(5.0, 5.0) == 0.0
+    assert change_pct(1.0, 0.0) is None, "no relative change from 0"
+    assert change_pct(None, 1.0) is None and change_pct(1.0, None) is None
+    assert change_pct(math.nan, 1.0) is None
+    assert change_pt(62.5, 50.0) == pytest.approx(12.5), "overlap changes in points, not %"
+    assert change_pt(None, 50.0) is None
+
+
+def test_baseline_selection():
+    names = ["b/fp16/v1", "a/bucket0.5/v1", "a/bucket0.5/v10"]
+    assert select_baseline(names, None) == "a/bucket0.5/v1", "default: first by name"
+    assert select_baseline(names, "fp16") == "b/fp16/v1", "unique substring"
+    assert select_baseline(names, "a/bucket0.5/v1") == "a/bucket0.5/v1", "an exact name wins over substrings"
+    assert select_baseline(names, "a/bucket0.5/v1/") == "a/bucket0.5/v1", "a trailing slash is ignored"
+    with pytest.raises(UsageError, match=r"ambiguous.*a/bucket0\.5/v1, a/bucket0\.5/v10"):
+        select_baseline(names, "bucket")
+    with pytest.raises(UsageError, match=r"matches no run; runs: a/bucket0\.5/v1, a/bucket0\.5/v10, b/fp16/v1"):
+        select_baseline(names, "bf16")
+
+
+def summary_with(completed: bool = True, **totals: float | None) -> dict:
+    settings = {"model": "gpt_tiny", "batch_size": 2, "bucket_cap_mb": None, "comm_hook": "allreduce"}
+    settings |= {"precision": "32-true", "accumulate_grad_batches": 1}
+    return {
+        "completed": completed,
+        "reason": "" if completed else "KeyboardInterrupt: ",
+        "settings": settings,
+        "world_size": 4,
+        "backend": "gloo",
+        "sample_unit": "token",
+        "totals": {f"{key}_p50": value for key, value in totals.items()},
+    }
+
+
+def test_rows_from_loaded_data():
+    base = summary_with(
+        samples_per_s=1000.0, step_ms=40.0, comm_ms=20.0, exposed_ms=8.0, overlap_pct=60.0, busbw_gbps=1.5
+    )
+    other = summary_with(
+        completed=False, samples_per_s=1250.0, step_ms=32.0, comm_ms=10.0, exposed_ms=None, overlap_pct=75.0
+    )
+    other["settings"] |= {"bucket_cap_mb": 0.5, "comm_hook": "powersgd", "powersgd_rank": 2}
+    other["settings"]["accumulate_grad_batches"] = 4
+    rows = build_rows([RunData("z/other", summary=other), RunData("a/base", summary=base)], baseline="base")
+    assert [r.name for r in rows] == ["a/base", "z/other"]
+    b, o = rows
+    assert b.is_baseline and not o.is_baseline
+    assert b.changes == {"samples_per_s": 0.0, "step_ms": 0.0, "comm_ms": 0.0, "exposed_ms": 0.0, "overlap_pct": 0.0}
+    assert o.changes["samples_per_s"] == pytest.approx(25.0)
+    assert o.changes["step_ms"] == pytest.approx(-20.0)
+    assert o.changes["comm_ms"] == pytest.approx(-50.0)
+    assert o.changes["exposed_ms"] is None, "null in summary.json: unknown, not 0"
+    assert o.changes["overlap_pct"] == pytest.approx(15.0), "points"
+    assert o.values["busbw_gbps"] is None, "missing, and no events to compute it from"
+    assert b.settings == {
+        "model": "gpt_tiny",
+        "world_size": "4",
+        "backend": "gloo",
+        "bucket_cap_mb": "default",
+        "comm_hook": "allreduce",
+        "precision": "32-true",
+        "batch": "2",
+    }
+    assert o.settings["bucket_cap_mb"] == "0.5" and o.settings["comm_hook"] == "powersgd2"
+    assert o.settings["batch"] == "2×4", "per-device batch × accumulation"
+    assert b.complete and not o.complete and "KeyboardInterrupt" in o.note
+
+    text = compare.format_text(rows)
+    assert text.splitlines()[0].split()[:2] == ["run", "model"] and "tokens/s" in text.splitlines()[0]
+    other_line = next(line for line in text.splitlines() if line.startswith("z/other"))
+    assert "+25.0%" in other_line and "-20.0%" in other_line and "+15.0 pt" in other_line and "incomplete" in other_line
+    markdown = compare.format_markdown(rows).splitlines()
+    assert markdown[0].startswith("| run | model |") and set(markdown[1]) <= set("|-:")
+    assert markdown[2].startswith("| **`a/base`** |") and markdown[3].startswith("| `z/other` |")
+    assert len({line.count("|") for line in markdown[:4]}) == 1, "every table line has the same columns"
+    records = list(csv.DictReader(io.StringIO(compare.format_csv(rows))))
+    assert records[1]["samples_per_s_change_pct"] == "25.0" and records[1]["exposed_ms"] == ""
+    assert records[1]["overlap_pct_change_pt"] == "15.0" and records[0]["baseline"] == "True"
+
+
+def test_event_medians_leave_out_warmup_and_rebuild_missing_values():
+    steps = range(6)
+    scalars = {
+        "step/warmup": [(s, 1.0 if s < 2 else 0.0) for s in steps],
+        "step/time_ms": [(s, 1000.0 if s < 2 else 10.0 + s) for s in steps],  # warm-up steps are slow
+        "step/samples_per_s": [(s, 400.0) for s in steps],
+        "step/samples_per_s_per_device": [(s, 100.0) for s in steps],  # 4 ranks
+        "comm/time_ms": [(s, 2.0 * s) for s in steps],
+        "comm/bytes": [(s, 8e6 if s == 0 else 4e6) for s in steps],  # step 0's single bucket
+    }
+    assert measured(scalars, "step/time_ms") == [12.0, 13.0, 14.0, 15.0]
+    assert measured({"x": [(s, float(s)) for s in steps]}, "x") == [2.0, 3.0, 4.0, 5.0], "no mark: steps 0, 1"
+    (row,) = build_rows([RunData("killed/v0", scalars=scalars)])
+    assert row.values["step_ms"] == pytest.approx(13.5)
+    assert row.values["comm_ms"] == pytest.approx(7.0)
+    assert row.settings["world_size"] == "4", "samples/s over samples/s per device"
+    assert row.values["busbw_gbps"] == pytest.approx(4e6 * 2 * 3 / 4 / 7e-3 / 1e9), "bytes × 2(n−1)/n / p50 time"
+    assert row.values["exposed_ms"] is None and row.settings["model"] == "—"
+    assert not row.complete and "no summary.json" in row.note
+
+
+def test_sort_puts_unknown_values_last():
+    rows = build_rows(
+        [
+            RunData("a", summary=summary_with(step_ms=30.0)),
+            RunData("b", summary=summary_with(step_ms=None)),
+            RunData("c", summary=summary_with(step_ms=10.0)),
+        ]
+    )
+    assert [r.name for r in sort_rows(rows, "step_ms")] == ["c", "a", "b"]
+    assert [r.name for r in sort_rows(rows, "step_ms", descending=True)] == ["a", "c", "b"]
+    assert [r.name for r in sort_rows(rows, "run", descending=True)] == ["c", "b", "a"]
+
+
+def test_constants_match_their_homes():
+    from harness import run_summary, step_stats
+
+    assert compare.SUMMARY_FILE == run_summary.SUMMARY_FILE
+    assert compare.WARMUP_STEPS == step_stats.WARMUP_STEPS
+
+
+def test_help_and_empty_command_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        compare.main(["-h"])
+    assert exit_info.value.code == 0 and "--baseline" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        compare.main([])
+    assert exit_info.value.code == 2
+
+
+# -- real runs --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_real_runs_deltas_match_their_summaries(real_runs):
+    logdir, run_dirs = real_runs
+    out = logdir.parent
+    proc = run_compare(
+        str(logdir), "--baseline", "bucket0.5", "--csv", str(out / "c.csv"), "--markdown", str(out / "c.md"), cwd=out
+    )
+    assert proc.returncode == 0, proc.stderr
+    summaries = {name: json.loads((d / "summary.json").read_text()) for name, d in run_dirs.items()}
+    names = {name: d.relative_to(logdir).as_posix() for name, d in run_dirs.items()}
+    records = {r["run"]: r for r in csv.DictReader(io.StringIO((out / "c.csv").read_text()))}
+    assert set(records) == set(names.values())
+    base_totals = summaries["bucket0.5"]["totals"]
+    for name, summary in summaries.items():
+        record, totals = records[names[name]], summary["totals"]
+        assert record["baseline"] == str(name == "bucket0.5") and record["complete"] == "True"
+        assert record["world_size"] == "2" and record["backend"] == "gloo" and record["model"] == "resnet_tiny"
+        for key in (*PCT_METRICS, "overlap_pct", "busbw_gbps"):
+            value = totals.get(f"{key}_p50")
+            if value is not None:  # else "—", or a median of the event file's scalars where it has the tag
+                assert record[key] == repr(float(value)), key
+        for key in PCT_METRICS:
+            value, base = totals.get(f"{key}_p50"), base_totals.get(f"{key}_p50")
+            if value is None or base is None:  # not in summary.json: the change of what the table shows
+                value, base = records[names[name]][key], records[names["bucket0.5"]][key]
+                if value == "" or base == "":
+                    assert record[f"{key}_change_pct"] == "", key
+                    continue
+                value, base = float(value), float(base)
+            expected = (value - base) / base * 100
+            assert float(record[f"{key}_change_pct"]) == pytest.approx(expected, rel=1e-9, abs=1e-9), key
+            if name == "fp16":  # the printed table shows the same change, rounded
+                line = next(line for line in proc.stdout.splitlines() if line.startswith(names[name]))
+                assert f"{expected:+.1f}%" in line, (key, line)
+        if totals.get("overlap_pct_p50") is not None and base_totals.get("overlap_pct_p50") is not None:
+            expected = totals["overlap_pct_p50"] - base_totals["overlap_pct_p50"]
+            assert float(record["overlap_pct_change_pt"]) == pytest.approx(expected, abs=1e-9)
+    assert records[names["fp16"]]["comm_hook"] == "fp16" and records[names["fp16"]]["bucket_cap_mb"] == "default"
+    assert records[names["bucket0.5"]]["bucket_cap_mb"] == "0.5"
+    markdown = (out / "c.md").read_text().splitlines()
+    assert markdown[2].startswith(f"| **`{names['bucket0.5']}`** |") and markdown[3].startswith(f"| `{names['fp16']}`")
+    assert proc.stdout.splitlines()[0].split()[:2] == ["run", "model"] and "images/s" in proc.stdout.splitlines()[0]
+
+
+@pytest.mark.slow
+def test_run_without_summary_is_shown_from_its_events(real_runs, tmp_path):
+    """A killed run leaves event files but no summary.json: its medians come from the per-step scalars."""
+    _, run_dirs = real_runs
+    killed = tmp_path / "runs" / "fp16-killed" / "v0"
+    killed.mkdir(parents=True)
+    for event_file in run_dirs["fp16"].glob("events.out.tfevents.*"):
+        shutil.copy(event_file, killed)
+    shutil.copytree(run_dirs["bucket0.5"], tmp_path / "runs" / "bucket0.5" / "v0")
+    rows = {r.name: r for r in compare.compare([str(tmp_path / "runs")], baseline="bucket0.5")}
+    row = rows["fp16-killed/v0"]
+    assert not row.complete and "no summary.json" in row.note
+    totals = json.loads((run_dirs["fp16"] / "summary.json").read_text())["totals"]
+    for key in ("samples_per_s", "step_ms", "comm_ms", "busbw_gbps"):
+        # Event files hold float32: the same medians to float32 precision.
+        assert row.values[key] == pytest.approx(totals[f"{key}_p50"], rel=1e-6), key
+    assert row.settings["world_size"] == "2" and row.settings["comm_hook"] == "fp16"
+    line = next(line for line in compare.format_text(list(rows.values())).splitlines() if line.startswith("fp16-"))
+    assert "incomplete" in line
+
+
+def test_events_without_hparams_or_summary(tmp_path):
+    """A run killed before its end wrote no hparams either: settings unknown, world size from the scalars."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from harness.tb_step_writer import write_step
+
+    run_dir = tmp_path / "runs" / "killed" / "v0"
+    writer = SummaryWriter(str(run_dir))
+    for step in range(5):
+        warm = step < 2
+        scalars = {"step/time_ms": 500.0 if warm else 20.0 + step, "step/samples_per_s": 80.0}
+        scalars |= {"step/samples_per_s_per_device": 40.0, "step/warmup": float(warm), "comm/time_ms": 4.0}
+        scalars |= {"comm/bytes": 1e6}
+        write_step(writer, step, scalars)
+    writer.close()
+    (row,) = compare.compare([str(tmp_path / "runs")])
+    assert row.values["step_ms"] == pytest.approx(23.0) and row.values["comm_ms"] == pytest.approx(4.0)
+    assert row.settings["world_size"] == "2" and row.settings["backend"] == "—"
+    assert row.values["busbw_gbps"] == pytest.approx(1e6 / 4e-3 / 1e9)
+    assert not row.complete
+
+
+def assert_one_line_usage_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m harness.compare: error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_cli_no_runs(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert_one_line_usage_error(run_compare(str(tmp_path / "empty"), cwd=tmp_path), "no runs found")
+    assert_one_line_usage_error(run_compare(str(tmp_path / "missing"), cwd=tmp_path), "is not a directory")
+
+
+@pytest.mark.slow
+def test_cli_unknown_and_ambiguous_baseline(real_runs):
+    logdir, run_dirs = real_runs
+    names = [d.relative_to(logdir).as_posix() for d in run_dirs.values()]
+    proc = run_compare(str(logdir), "--baseline", "nosuchrun", cwd=logdir.parent)
+    assert_one_line_usage_error(proc, "--baseline 'nosuchrun' matches no run", *names)
+    proc = run_compare(str(logdir), "--baseline", "/", cwd=logdir.parent)
+    assert_one_line_usage_error(proc, "ambiguous", *names)
