@@ -50,6 +50,7 @@ class Metric:
     header: str
     tag: str | None
     change: str | None  # "pct" (relative change, %), "pt" (absolute change, percentage points) or None
+    spec: str = ""  # format spec for the tables; "" keeps three or four significant figures
 
 
 METRICS = (
@@ -57,7 +58,7 @@ METRICS = (
     Metric("step_ms", "step ms", "step/time_ms", "pct"),
     Metric("comm_ms", "comm ms", "comm/time_ms", "pct"),
     Metric("exposed_ms", "exposed ms", "comm/exposed_ms", "pct"),
-    Metric("overlap_pct", "overlap %", "comm/overlap_pct", "pt"),
+    Metric("overlap_pct", "overlap %", "comm/overlap_pct", "pt", ".1f"),
     Metric("busbw_gbps", "busbw GB/s", None, None),  # from bytes over the median comm time, never averaged
 )
 SETTINGS = (  # (key, header) of the settings that tell runs apart
@@ -258,10 +259,12 @@ def _known(value: Any) -> bool:
 # -- formatting -----------------------------------------------------------------------------------------
 
 
-def format_number(value: float | None) -> str:
-    """Three or four significant figures without exponent clutter; "—" when unknown."""
+def format_number(value: float | None, spec: str = "") -> str:
+    """`spec`, else three or four significant figures without exponent clutter; "—" when unknown."""
     if value is None:
         return MISSING
+    if spec:
+        return format(value, spec)
     if abs(value) >= 100:
         return f"{value:.1f}"
     if abs(value) >= 1:
@@ -289,7 +292,7 @@ def table_cells(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
     for row in rows:
         line = [row.name, *(row.settings[key] for key, _ in SETTINGS)]
         for metric in METRICS:
-            line.append(format_number(row.values[metric.key]))
+            line.append(format_number(row.values[metric.key], metric.spec))
             if metric.change:
                 line.append("base" if row.is_baseline else format_change(row.changes[metric.key], metric.change))
         line.append("done" if row.complete else "incomplete")
@@ -313,9 +316,8 @@ def format_text(rows: Sequence[Row]) -> str:
     widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
 
     def render(line: list[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True))
-        )
+        padded = (c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
+        return "  ".join(padded).rstrip()
 
     return "\n".join([render(header), *(render(line) for line in cells), *(f"# {n}" for n in _notes(rows))])
 
