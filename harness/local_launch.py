@@ -1,10 +1,11 @@
 """Start N processes on this machine, as torchrun would, for runs without a launcher.
 
 Each process gets torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE), MASTER_ADDR on
-loopback, GLOO_SOCKET_IFNAME=lo unless already set, NVLink multicast off, and, like torchrun, one OpenMP
-thread (OMP_NUM_THREADS=1) when there are several processes and OMP_NUM_THREADS is unset. The processes meet through
-a file in a fresh temporary directory (a `file://` init method), never through a "free" port: a port
-found free can be taken by someone else before the rendezvous binds it.
+loopback, GLOO_SOCKET_IFNAME=lo and NCCL_SOCKET_IFNAME=lo unless already set, NVLink multicast off, and, like
+torchrun, one OpenMP thread (OMP_NUM_THREADS=1) when there are several processes and OMP_NUM_THREADS is unset.
+The processes meet through a file in a fresh temporary directory (a `file://` init method), never through a
+"free" port: a port found free can be taken by someone else before the rendezvous binds it. Nothing listens
+beyond loopback.
 
     from harness.local_launch import spawn_local
     exit_code = spawn_local(my_worker, nproc=2, args=(config,), backend="gloo")
@@ -12,28 +13,79 @@ found free can be taken by someone else before the rendezvous binds it.
 `my_worker(*args)` runs in every process with the default process group initialised (destroyed
 afterwards). With `init_process_group=False` it runs without one, and `init_method()` gives the
 rendezvous address to pass to `torch.distributed.init_process_group` yourself.
+
+Like torchrun's agent, the parent watches its children: SIGINT and SIGTERM sent to it are forwarded to every
+child, and a child that dies gives the others `grace_s` seconds to stop on their own (their collectives
+fail or time out) before they are terminated. Children die with the parent (Linux's parent-death signal),
+so a killed parent leaves no orphans.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import multiprocessing
+import multiprocessing.connection
 import os
+import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from harness.dist_env import apply_safe_nccl_env
 
 INIT_METHOD_ENV = "HARNESS_INIT_METHOD"  # where spawn_local's processes find their rendezvous
+KILL_AFTER_TERM_S = 5.0  # after SIGTERM, how long a child has to clean up before SIGKILL
+_PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its parent dies (Linux)
 
 
 def init_method() -> str:
     """The rendezvous of processes started by spawn_local, else `env://` (torchrun, SLURM with MASTER_*)."""
     return os.environ.get(INIT_METHOD_ENV, "env://")
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+def _as_exit_code(code: int) -> int:
+    """A child's exit status as a shell reports it: 128 + N for signal N."""
+    return 128 - code if code < 0 else code
+
+
+class _Children:
+    """The started processes, and how to signal, wait for and stop them."""
+
+    def __init__(self, procs: list):
+        self.procs = procs
+
+    def alive(self) -> list:
+        return [p for p in self.procs if p.exitcode is None]
+
+    def signal(self, signum: int) -> None:
+        for proc in self.alive():
+            with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
+                os.kill(proc.pid, signum)
+
+    def wait(self, seconds: float) -> None:
+        """Until every child has exited, or `seconds` have passed."""
+        deadline = time.monotonic() + seconds
+        while self.alive() and time.monotonic() < deadline:
+            multiprocessing.connection.wait([p.sentinel for p in self.alive()], timeout=0.2)
+
+    def stop(self) -> None:
+        """SIGTERM the survivors, then SIGKILL whoever is left after KILL_AFTER_TERM_S."""
+        self.signal(signal.SIGTERM)
+        self.wait(KILL_AFTER_TERM_S)
+        self.signal(signal.SIGKILL)
+        self.wait(KILL_AFTER_TERM_S)
 
 
 def spawn_local(
@@ -43,32 +95,90 @@ def spawn_local(
     backend: str = "gloo",
     env: dict[str, str] | None = None,
     init_process_group: bool = True,
+    grace_s: float = 30.0,
 ) -> int:
     """Run `worker(*args)` in `nproc` spawned processes and wait for all of them.
 
     `worker` must be importable by name (a module-level function). `env` adds variables in every process.
-    With backend "nccl" each process uses GPU LOCAL_RANK. Returns 0 when every process succeeded, else
-    the exit code of the first that failed: 1 for an exception (its traceback goes to stderr), the code
-    of a `SystemExit`, 128 + N for signal N. The other processes are then terminated.
+    With backend "nccl" each process uses GPU LOCAL_RANK. Returns 0 when every process succeeded; else,
+    after a signal to this process, 128 + its number; else the exit code of the first process that failed:
+    1 for an exception (its traceback goes to stderr), the code of a `SystemExit`, 128 + N for signal N.
+    Once one fails the others get `grace_s` seconds to stop by themselves, then SIGTERM, then SIGKILL.
     """
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
+    ctx = multiprocessing.get_context("spawn")
+    received: list[int] = []
     with tempfile.TemporaryDirectory(prefix="harness-rendezvous-") as tmp:
         rendezvous = "file://" + os.path.join(tmp, "store")
-        entry_args = (worker, nproc, args, backend, rendezvous, dict(env or {}), init_process_group)
+        procs = [
+            ctx.Process(
+                target=_entry,
+                args=(rank, os.getpid(), worker, nproc, args, backend, rendezvous, dict(env or {}), init_process_group),
+                name=f"rank{rank}",
+            )
+            for rank in range(nproc)
+        ]
+        children = _Children(procs)
+
+        def forward(signum, frame) -> None:
+            received.append(signum)
+            children.signal(signum)
+
+        previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
-            mp.start_processes(_entry, args=entry_args, nprocs=nproc, join=True, start_method="spawn")
-        except mp.ProcessRaisedException as err:
-            print(f"process {err.error_index} (pid {err.error_pid}) failed:\n{err}", file=sys.stderr)
-            return 1
-        except mp.ProcessExitedException as err:
-            code = err.exit_code
-            return 128 - code if code < 0 else (code or 1)
-    return 0
+            for proc in procs:
+                proc.start()
+            failed = _watch(children, received, grace_s)
+        finally:
+            children.stop()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+    if received:
+        return 128 + received[0]
+    if failed is None:
+        return 0
+    return _as_exit_code(failed.exitcode)
+
+
+def _watch(children: _Children, received: list[int], grace_s: float):
+    """Wait for every child; return the first that failed (None if none did)."""
+    first = None
+    deadline = None
+    while children.alive():
+        multiprocessing.connection.wait([p.sentinel for p in children.alive()], timeout=0.5)
+        if received and deadline is None:
+            deadline = time.monotonic() + grace_s  # the children got the signal: let them clean up
+        exited = [p for p in children.procs if p.exitcode not in (None, 0)]
+        if first is None and exited:
+            # Several at once: a child killed by a signal is likelier the cause than one whose peer vanished.
+            first = min(exited, key=lambda p: (p.exitcode >= 0, p.name))
+            deadline = deadline or time.monotonic() + grace_s
+            if not received:
+                what = f"{first.name} (pid {first.pid}) {_describe(first.exitcode)}"
+                print(f"local launch: {what}; the other ranks have {grace_s:g} s to stop", file=sys.stderr, flush=True)
+        if deadline is not None and time.monotonic() > deadline:
+            break
+    for proc in children.procs:
+        if proc is not first and proc.exitcode not in (None, 0) and not received:
+            print(f"local launch: {proc.name} (pid {proc.pid}) {_describe(proc.exitcode)}", file=sys.stderr)
+    return first
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGTERM this process when its parent dies; exit now if the parent is already gone."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return  # not Linux: children may outlive a killed parent
+    if os.getppid() != parent_pid:
+        os._exit(128 + signal.SIGTERM)
 
 
 def _entry(
     local_rank: int,
+    parent_pid: int,
     worker: Callable[..., Any],
     nproc: int,
     args: tuple,
@@ -77,6 +187,7 @@ def _entry(
     env: dict[str, str],
     init_process_group: bool,
 ) -> None:
+    _die_with_parent(parent_pid)
     os.environ.update(
         {
             "RANK": str(local_rank),
@@ -89,6 +200,7 @@ def _entry(
         }
     )
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")  # NCCL's bootstrap: one host, so loopback
     os.environ.update(env)
     apply_safe_nccl_env()
     if nproc > 1 and "OMP_NUM_THREADS" not in os.environ:

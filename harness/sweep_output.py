@@ -4,10 +4,12 @@ Only rank 0 writes; other ranks get NullOutput, so the sweep never checks the ra
 and flushed as soon as it is measured, so a killed run keeps its rows.
 
 JSON Lines records, each with a `record` key:
-    header  versions, devices per rank, world, backend, recorded NCCL/TORCH/CUDA variables, the plan
+    header  versions, devices per rank, world, backend, recorded NCCL/TORCH/CUDA variables, the plan,
+            notes on reading the rows, and what each `timing` method means
     row     one per (collective, size, placement, mode, cuda_graph): ROW_FIELDS
     fit     per (collective, placement, mode, cuda_graph): time = alpha + S/beta (harness.metrics)
-The CSV holds the rows, with ROW_FIELDS as columns.
+    end     how the sweep ended: status ok, wrong, failed or interrupted, the reason and where, rows written
+The CSV holds the rows, with ROW_FIELDS as columns. Nothing here is ever unpickled: JSON only.
 
 `load_fits(path)` reads the fits back, to predict a collective's time from its size elsewhere.
 """
@@ -26,7 +28,8 @@ from harness.metrics import alpha_beta_time_us, fit_alpha_beta
 ROW_FIELDS = (
     "collective", "size_bytes", "count", "dtype", "world_size", "nodes", "placement", "mode", "cuda_graph",
     "op", "root", "iters", "time_us", "algbw_gbps", "busbw_gbps", "wrong", "p50_us", "p90_us", "p99_us",
-    "min_us", "max_us", "skew_us", "host_overhead_us", "emulated", "backend", "device", "skipped",
+    "min_us", "max_us", "skew_us", "host_overhead_us", "emulated", "backend", "device", "skipped", "timing",
+    "note",
 )  # fmt: skip
 FIT_METHOD = "least squares on relative error: minimise sum(((alpha + S/beta - t)/t)^2), alpha >= 0"
 
@@ -160,15 +163,31 @@ class Table:
             self.emit(unit)
 
     def add(self, row: dict, type_name: str) -> None:
-        lead = f"{row['size_bytes']:12d}  {row['count']:12d}  {type_name:>8}  {row['op']:>6}  {row['root']:6d}"
         if self.mode != "throughput":
-            self.emit(lead + f"  {row['placement']:>12}" + self._latency_cells(row))
+            self.emit(self._lead(row, type_name) + f"  {row['placement']:>12}" + self._latency_cells(row))
             return
         by_placement = self.pending.setdefault(row["size_bytes"], {})
         by_placement[row["placement"]] = row
         if len(by_placement) == len(self.placements):
-            del self.pending[row["size_bytes"]]
-            self.emit(lead + "".join(self._throughput_cells(by_placement[p]) for p in self.placements))
+            self._emit_size(row["size_bytes"], type_name)
+
+    def flush(self, type_name: str) -> None:
+        """Print sizes still waiting for a placement (the sweep stopped between them); '-' where none ran."""
+        for size in list(self.pending):
+            self._emit_size(size, type_name)
+
+    def _emit_size(self, size: int, type_name: str) -> None:
+        by_placement = self.pending.pop(size)
+        cells = "".join(self._throughput_cells(by_placement[p]) if p in by_placement else self._no_cells()
+                        for p in self.placements)  # fmt: skip
+        self.emit(self._lead(next(iter(by_placement.values())), type_name) + cells)
+
+    @staticmethod
+    def _lead(row: dict, type_name: str) -> str:
+        return f"{row['size_bytes']:12d}  {row['count']:12d}  {type_name:>8}  {row['op']:>6}  {row['root']:6d}"
+
+    def _no_cells(self) -> str:
+        return f"  {'-':>7}  {'-':>6}  {'-':>6}  {'-':>5}" + (f"  {'-':>7}" if self.graph else "")
 
     def _throughput_cells(self, row: dict) -> str:
         cells = f"  {format_time(row['time_us']):>7}  {_bw(row['algbw_gbps']):>6}  {_bw(row['busbw_gbps']):>6}"
@@ -204,7 +223,7 @@ class NullOutput:
     def end_table(self, factor: float) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, end: dict | None = None) -> None:
         pass
 
 
@@ -222,6 +241,8 @@ class SweepOutput(NullOutput):
             self.csv_file.flush()
         self.tb = _TensorBoard(logdir, log2_x) if logdir else None
         self.rows: list[dict] = []
+        self.rows_written = 0
+        self.type_name = ""
         self.failed_rows = 0
         self.busbw_sum, self.busbw_count = 0.0, 0
 
@@ -244,6 +265,8 @@ class SweepOutput(NullOutput):
 
     def row(self, row: dict, type_name: str) -> None:
         self.rows.append(row)
+        self.rows_written += 1
+        self.type_name = type_name
         self._json({"record": "row", **row})
         if self.csv:
             self.csv.writerow(_json_safe(row))
@@ -255,7 +278,8 @@ class SweepOutput(NullOutput):
     def end_table(self, factor: float) -> None:
         measured = [row for row in self.rows if row["time_us"] is not None]
         wrong_rows = sum(1 for row in self.rows if row["wrong"])
-        busbw = [row["busbw_gbps"] for row in measured if math.isfinite(row["busbw_gbps"] or math.nan)]
+        busbw = [row["busbw_gbps"] for row in measured if row["busbw_gbps"] is not None]
+        busbw = [value for value in busbw if math.isfinite(value)]  # 0.0 counts: world size 1
         self.failed_rows += wrong_rows
         self.busbw_sum, self.busbw_count = self.busbw_sum + sum(busbw), self.busbw_count + len(busbw)
         avg = sum(busbw) / len(busbw) if busbw else math.nan
@@ -274,8 +298,17 @@ class SweepOutput(NullOutput):
             )
         for placement, reason in dict.fromkeys((r["placement"], r["skipped"]) for r in self.rows if r["skipped"]):
             self.table.emit(f"# Skipped {placement}: {reason}")
+        for note in dict.fromkeys(r["note"] for r in self.rows if r.get("note")):
+            self.table.emit(f"# Note: {note}")
 
-    def close(self) -> None:
+    def close(self, end: dict | None = None) -> None:
+        """Flush a half-printed size, write the `end` record, close every file."""
+        self.table.flush(self.type_name)
+        if end is not None:
+            self._json({"record": "end", **end, "rows": self.rows_written})
+            if end.get("status") in ("failed", "interrupted"):
+                self.table.emit(f"# Sweep {end['status']} ({end.get('reason', '')}) at {end.get('at', '')}: "
+                                f"{self.rows_written} rows written")  # fmt: skip
         if self.tb:
             self.tb.text("raw_sweep/table", "    " + "\n    ".join(self.table.lines))
             self.tb.close()

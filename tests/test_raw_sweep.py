@@ -19,7 +19,8 @@ from harness import collectives
 from harness.errors import run_cli
 from harness.local_launch import spawn_local
 from harness.metrics import alpha_beta_time_us, fit_alpha_beta
-from harness.raw_sweep import PROG, _spawned, build_parser, load_fits, main, make_plan
+from harness.raw_sweep import PROG, build_parser, load_fits, main, make_plan
+from harness.sweep_engine import sweep_worker
 from harness.sweep_output import ROW_FIELDS, format_time
 
 REPO = Path(__file__).resolve().parents[1]
@@ -228,7 +229,7 @@ def _broken_sweep(plan) -> None:
             bufs.recv[0] += 1
 
     collectives.COLLECTIVES["all_reduce"] = dataclasses.replace(original, run=run)
-    _spawned(plan)
+    sweep_worker(plan)
 
 
 @pytest.mark.slow
@@ -236,7 +237,7 @@ def test_a_wrong_element_is_counted_and_fails_the_run(tmp_path, capfd):
     jsonl = tmp_path / "broken.jsonl"
     argv = ["--sizes", "64,4K", "-n", "2", "-w", "0", "-c", "2", "--min-time-ms", "0", "--json", str(jsonl)]
     plan = make_plan(build_parser().parse_args(argv), "gloo", 2, 1, "local")
-    assert spawn_local(_broken_sweep, 2, (plan,), backend="gloo") == 1
+    assert spawn_local(_broken_sweep, 2, (plan,), backend="gloo", init_process_group=False) == 1
     rows = [r for r in _records(jsonl) if r["record"] == "row"]
     assert [r["wrong"] for r in rows] == [2, 2, 2, 2]  # one wrong element on one rank, in each of 2 checks
     assert "# Out of bounds values : 4 FAILED" in capfd.readouterr().out
