@@ -102,7 +102,8 @@ class Row:
 
 
 def change_pct(value: float | None, base: float | None) -> float | None:
-    """Relative change of `value` against `base` in %; None when either is unknown or the base is 0."""
+    """Relative change of `value` against `base` in %, over |base| so that + always means the value rose
+    (exposed ms can be slightly negative: noise); None when either is unknown or the base is 0."""
     if not _known(value) or not _known(base) or base == 0:
         return None
     return (value - base) / abs(base) * 100.0
