@@ -56,8 +56,8 @@ class Variant:
             self.state.begin_step(self.step_index)
             done = self.step_index - 2
             if done >= 0:
-                step_ms, timings = self.state.resolve_step(done, self.state.start_stamp(done + 1))
-                step_stats(done, step_ms, timings, 1.0, self.world_size)
+                resolved = self.state.resolve_step(done, self.state.start_stamp(done + 1))
+                step_stats(resolved, 1.0, self.world_size)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
         with autocast:
             loss = self.spec.loss(self.ddp, self.batch)

@@ -76,6 +76,19 @@ class BucketTiming:
         return self.exec_ms if self.exec_ms is not None else self.ready_to_done_ms
 
 
+# A point in time: a recorded CUDA event on the GPU timeline, or perf_counter_ns() on the CPU.
+Stamp = int | torch.cuda.Event
+
+
+class ResolvedStep(NamedTuple):
+    """One optimizer step's times, resolved after the fact."""
+
+    step: int
+    step_ms: float  # this step's start to the next step's start
+    fwd_bwd_ms: float | None  # start to the end of backward, after DDP waited for communication
+    timings: list[BucketTiming]  # in launch order
+
+
 class _EventPool:
     """Reuses CUDA timing events, so a long run creates a bounded number of them."""
 
@@ -105,19 +118,21 @@ class TimedHookState:
     param_names: dict[int, str] = field(default_factory=dict)
     bucket_layout: dict[int, BucketLayout] = field(default_factory=dict)
     _records: dict[int, list[BucketRecord]] = field(default_factory=dict)
-    _step_start: dict[int, int | torch.cuda.Event] = field(default_factory=dict)
+    _step_start: dict[int, Stamp] = field(default_factory=dict)
+    _backward_end: dict[int, Stamp] = field(default_factory=dict)
     _events: _EventPool = field(default_factory=_EventPool)
 
     def begin_step(self, step: int) -> None:
         """Mark the start of optimizer step `step` (on the GPU timeline where CUDA is used)."""
         self.step = step
         self._records[step] = []
-        if self.use_cuda:
-            event = self._events.acquire()
-            event.record()
-            self._step_start[step] = event
-        else:
-            self._step_start[step] = time.perf_counter_ns()
+        self._step_start[step] = self.stamp_now()
+
+    def mark_backward_end(self) -> None:
+        """Mark the end of the current step's backward, once DDP has waited for every bucket's collective
+        (just before the optimizer step): start to here is forward + backward + exposed communication."""
+        if self.step in self._step_start and self.step not in self._backward_end:
+            self._backward_end[self.step] = self.stamp_now()
 
     def powersgd_state_for(self, bucket_index: int) -> powersgd.PowerSGDState:
         ps_state = self._powersgd_states.get(bucket_index)
@@ -181,44 +196,49 @@ class TimedHookState:
         self._records.setdefault(self.step, []).append(record)
         return record
 
-    def resolve_step(self, step: int, next_start: int | torch.cuda.Event) -> tuple[float, list[BucketTiming]]:
-        """Turn step `step`'s stamps into (step time in ms, bucket timings in launch order) and free them.
+    def resolve_step(self, step: int, next_start: Stamp) -> ResolvedStep:
+        """Turn step `step`'s stamps into times and free them.
 
         `next_start` is the next step's start stamp (or the end of training); the caller keeps it. This
         waits only if the GPU has not yet reached `next_start`, which is rare once steps lag by two.
         """
         records = self._records.pop(step, [])
         start = self._step_start.pop(step)
-        if self.use_cuda:
-            next_start.synchronize()
-            step_ms = start.elapsed_time(next_start)
-        else:
-            step_ms = (next_start - start) / 1e6
+        backward_end = self._backward_end.pop(step, None)
+        step_ms = self.elapsed_ms(start, next_start)
+        fwd_bwd_ms = self.elapsed_ms(start, backward_end) if backward_end is not None else None
         timings = [self._resolve_record(record, start) for record in records]
-        if self.use_cuda:
-            self._events.release(start)
-        return step_ms, timings
+        self.release_stamp(start)
+        if backward_end is not None:
+            self.release_stamp(backward_end)
+        return ResolvedStep(step, step_ms, fwd_bwd_ms, timings)
 
-    def start_stamp(self, step: int) -> int | torch.cuda.Event:
+    def start_stamp(self, step: int) -> Stamp:
         return self._step_start[step]
 
-    def stamp_now(self) -> int | torch.cuda.Event:
-        """A time stamp on the same timeline as the step starts (used for the end of the last step)."""
+    def stamp_now(self) -> Stamp:
+        """A time stamp on the timeline of the step starts: a recorded CUDA event, or a monotonic clock."""
         if self.use_cuda:
             event = self._events.acquire()
             event.record()
             return event
         return time.perf_counter_ns()
 
-    def release_stamp(self, stamp: int | torch.cuda.Event) -> None:
+    def elapsed_ms(self, start: Stamp, end: Stamp) -> float:
+        """Milliseconds from `start` to `end`; on the GPU waits until `end` has been reached."""
+        if self.use_cuda:
+            end.synchronize()
+            return start.elapsed_time(end)
+        return (end - start) / 1e6
+
+    def release_stamp(self, stamp: Stamp) -> None:
         if self.use_cuda:
             self._events.release(stamp)
 
-    def _resolve_record(self, record: BucketRecord, start: int | torch.cuda.Event) -> BucketTiming:
+    def _resolve_record(self, record: BucketRecord, start: Stamp) -> BucketTiming:
         if self.use_cuda:
-            record.done_event.synchronize()
-            ready_ms = start.elapsed_time(record.ready_event)
-            done_ms = start.elapsed_time(record.done_event)
+            done_ms = self.elapsed_ms(start, record.done_event)
+            ready_ms = self.elapsed_ms(start, record.ready_event)
             self._events.release(record.ready_event, record.done_event)
         else:
             ready_ms = (record.ready_ns - start) / 1e6

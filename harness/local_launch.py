@@ -41,6 +41,9 @@ from harness.dist_env import apply_safe_nccl_env
 
 INIT_METHOD_ENV = "HARNESS_INIT_METHOD"  # where spawn_local's processes find their rendezvous
 KILL_AFTER_TERM_S = 5.0  # after SIGTERM, how long a child has to clean up before SIGKILL
+# After a rank that exited by itself (it reported its failure), how long the others have to follow. Their
+# collectives fail at once when a peer's process is gone; one that is hung gets SIGTERM and says where it was.
+AFTER_EXIT_GRACE_S = 5.0
 _PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its parent dies (Linux)
 
 
@@ -83,6 +86,7 @@ class _Children:
     def stop(self) -> None:
         """SIGTERM the survivors, then SIGKILL whoever is left after KILL_AFTER_TERM_S."""
         self.signal(signal.SIGTERM)
+        self.signal(signal.SIGCONT)  # a stopped (hung) child handles SIGTERM only once it runs
         self.wait(KILL_AFTER_TERM_S)
         self.signal(signal.SIGKILL)
         self.wait(KILL_AFTER_TERM_S)
@@ -103,7 +107,8 @@ def spawn_local(
     With backend "nccl" each process uses GPU LOCAL_RANK. Returns 0 when every process succeeded; else,
     after a signal to this process, 128 + its number; else the exit code of the first process that failed:
     1 for an exception (its traceback goes to stderr), the code of a `SystemExit`, 128 + N for signal N.
-    Once one fails the others get `grace_s` seconds to stop by themselves, then SIGTERM, then SIGKILL.
+    Once one is killed by a signal the others get `grace_s` seconds to stop by themselves (5 s once one
+    exits with an error of its own), then SIGTERM, then SIGKILL.
     """
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
@@ -153,10 +158,12 @@ def _watch(children: _Children, received: list[int], grace_s: float):
         if first is None and exited:
             # Several at once: a child killed by a signal is likelier the cause than one whose peer vanished.
             first = min(exited, key=lambda p: (p.exitcode >= 0, p.name))
-            deadline = deadline or time.monotonic() + grace_s
+            # A rank killed by a signal: the others may need up to their collective timeout to notice.
+            wait_s = grace_s if first.exitcode < 0 else min(grace_s, AFTER_EXIT_GRACE_S)
+            deadline = deadline or time.monotonic() + wait_s
             if not received:
                 what = f"{first.name} (pid {first.pid}) {_describe(first.exitcode)}"
-                print(f"local launch: {what}; the other ranks have {grace_s:g} s to stop", file=sys.stderr, flush=True)
+                print(f"local launch: {what}; the other ranks have {wait_s:g} s to stop", file=sys.stderr, flush=True)
         if deadline is not None and time.monotonic() > deadline:
             break
     for proc in children.procs:

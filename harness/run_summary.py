@@ -29,6 +29,8 @@ def build_summary(
     completed: bool,
     reason: str = "",
     ddp_logging: dict[str, Any] | None = None,
+    calibration_samples_ms: list[float] | None = None,
+    last_rank_spread: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything a later comparison needs, as plain JSON types. Warm-up steps are excluded."""
     buckets = []
@@ -63,6 +65,11 @@ def build_summary(
         "comm_ms_p90": aggregate.comm_ms.percentile(90),
         "max_bucket_ms_p50": aggregate.max_bucket_ms.percentile(50),
         "tail_ms_p50": aggregate.tail_ms.percentile(50),
+        "compute_only_ms": aggregate.compute_only_ms,
+        "fwd_bwd_ms_p50": aggregate.fwd_bwd_ms.percentile(50),
+        "exposed_ms_p50": aggregate.exposed_ms.percentile(50),
+        "exposed_ms_p90": aggregate.exposed_ms.percentile(90),
+        "overlap_pct_p50": aggregate.overlap_pct.percentile(50),
         "algbw_gbps_p50": algbw_gbps(aggregate.step_bytes, comm_p50 / 1e3),
         "busbw_gbps_p50": busbw_gbps("all_reduce", aggregate.step_bytes, comm_p50 / 1e3, world_size),
         "comm_share_of_step_p50": comm_p50 / step_p50 if step_p50 and not math.isnan(step_p50) else math.nan,
@@ -77,6 +84,8 @@ def build_summary(
         "totals": totals,
         "buckets": buckets,
         "ddp_logging": ddp_logging or {},
+        "calibration_samples_ms": calibration_samples_ms or [],
+        "last_rank_spread": last_rank_spread,
         **run_info(),
     }
 
@@ -130,6 +139,12 @@ def format_table(summary: dict[str, Any]) -> str:
         f"{t['bytes_per_step'] / MB:.2f} MB, busbw {t['busbw_gbps_p50']:.2f} GB/s, slowest bucket "
         f"{t['max_bucket_ms_p50']:.2f} ms, tail {t['tail_ms_p50']:.2f} ms",
     ]
+    if not math.isnan(t["exposed_ms_p50"]):
+        lines.append(
+            f"# exposed p50 {t['exposed_ms_p50']:.2f} ms per step (compute-only forward+backward "
+            f"{t['compute_only_ms']:.2f} ms, with communication {t['fwd_bwd_ms_p50']:.2f} ms), "
+            f"overlap {t['overlap_pct_p50']:.1f} %"
+        )
     if summary["world_size"] == 1:
         lines.append("# world size 1: busbw is 0 by definition (no data crosses a link)")
     return "\n".join(lines)
@@ -137,6 +152,8 @@ def format_table(summary: dict[str, Any]) -> str:
 
 HPARAM_METRICS = {
     "hp/comm_ms_p50": "comm_ms_p50",
+    "hp/exposed_ms_p50": "exposed_ms_p50",
+    "hp/overlap_pct_p50": "overlap_pct_p50",
     "hp/step_ms_p50": "step_ms_p50",
     "hp/samples_per_s_p50": "samples_per_s_p50",
     "hp/busbw_gbps_p50": "busbw_gbps_p50",
@@ -165,6 +182,8 @@ def add_custom_scalar_layout(writer: Any) -> None:
         {
             "step": {
                 "time and throughput": ["Multiline", ["step/time_ms", "comm/time_ms", "comm/tail_ms"]],
+                "exposed communication": ["Multiline", ["comm/exposed_ms", "comm/time_ms"]],
+                "overlap %": ["Multiline", ["comm/overlap_pct"]],
                 "samples/s": ["Multiline", ["step/samples_per_s"]],
             },
             "comm": {
@@ -172,6 +191,11 @@ def add_custom_scalar_layout(writer: Any) -> None:
                 "bucket time": ["Multiline", [r"comm/bucket_\d+/time_ms"]],
                 "bucket busbw": ["Multiline", [r"comm/bucket_\d+/busbw_gbps"]],
                 "slowest bucket": ["Multiline", ["comm/max_bucket_ms"]],
+            },
+            "ranks": {
+                "skew": ["Multiline", ["ranks/step_ms_skew", "ranks/comm_ms_skew", "ranks/bucket_ms_skew_max"]],
+                "slowest rank": ["Multiline", ["ranks/slowest_rank"]],
+                "busbw of the fastest rank": ["Multiline", ["comm/busbw_fastest_rank_gbps", "comm/busbw_gbps"]],
             },
         }
     )

@@ -10,7 +10,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from harness.comm_hook import BucketLayout, BucketTiming
+from harness.comm_hook import BucketLayout, BucketTiming, ResolvedStep
 from harness.metrics import algbw_gbps, busbw_gbps, percentile
 
 # Step 0 runs with one bucket holding every gradient and step 1 is the first with DDP's rebuilt buckets
@@ -37,6 +37,9 @@ class StepStats:
     busbw_gbps: float
     max_bucket_ms: float
     tail_ms: float  # last bucket ready to last bucket done: communication left after backward ends
+    fwd_bwd_ms: float = math.nan  # step start to the end of backward, DDP having waited for every bucket
+    exposed_ms: float = math.nan  # fwd_bwd_ms − the compute-only forward + backward (calibrated)
+    overlap_pct: float = math.nan  # share of the busy communication time hidden behind compute
 
     @property
     def warmup(self) -> bool:
@@ -59,15 +62,34 @@ def busy_ms(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
+def exposure(fwd_bwd_ms: float, compute_only_ms: float, comm_ms: float) -> tuple[float, float]:
+    """(exposed ms, overlap %) of a step.
+
+    exposed = (forward + backward with communication) − (forward + backward without it). The optimizer
+    step is the same in both, so this equals step time − compute-only step time. overlap = 1 − exposed /
+    busy communication time, clamped to [0, 100] % (noise can make exposed slightly negative or above comm).
+    """
+    if math.isnan(fwd_bwd_ms) or math.isnan(compute_only_ms):
+        return math.nan, math.nan
+    exposed = fwd_bwd_ms - compute_only_ms
+    if comm_ms <= 0:
+        return exposed, math.nan
+    return exposed, 100.0 * min(1.0, max(0.0, 1.0 - exposed / comm_ms))
+
+
 def step_stats(
-    step: int, step_ms: float, timings: Sequence[BucketTiming], samples_per_step: float, world_size: int
+    resolved: ResolvedStep, samples_per_step: float, world_size: int, compute_only_ms: float = math.nan
 ) -> StepStats:
-    """Combine one step's bucket timings. `samples_per_step` counts every rank's samples (global batch)."""
+    """Combine one step's resolved times. `samples_per_step` counts every rank's samples (global batch);
+    `compute_only_ms` is the calibrated forward + backward without communication (NaN if not measured)."""
+    step, step_ms, timings = resolved.step, resolved.step_ms, resolved.timings
+    fwd_bwd_ms = resolved.fwd_bwd_ms if resolved.fwd_bwd_ms is not None else math.nan
     step_bytes = sum(t.bytes for t in timings)
     comm_ms = busy_ms((t.done_ms - t.time_ms, t.done_ms) for t in timings)
     comm_s = comm_ms / 1e3
     tail_ms = max(t.done_ms for t in timings) - max(t.ready_ms for t in timings) if timings else 0.0
     samples_per_s = samples_per_step / (step_ms / 1e3) if step_ms > 0 else math.nan
+    exposed_ms, overlap_pct = exposure(fwd_bwd_ms, compute_only_ms, comm_ms)
     return StepStats(
         step=step,
         step_ms=step_ms,
@@ -80,6 +102,9 @@ def step_stats(
         busbw_gbps=busbw_gbps("all_reduce", step_bytes, comm_s, world_size),
         max_bucket_ms=max((t.time_ms for t in timings), default=0.0),
         tail_ms=tail_ms,
+        fwd_bwd_ms=fwd_bwd_ms,
+        exposed_ms=exposed_ms,
+        overlap_pct=overlap_pct,
     )
 
 
@@ -130,6 +155,10 @@ class RunAggregate:
     max_bucket_ms: BoundedSamples = field(default_factory=BoundedSamples)
     tail_ms: BoundedSamples = field(default_factory=BoundedSamples)
     samples_per_s: BoundedSamples = field(default_factory=BoundedSamples)
+    fwd_bwd_ms: BoundedSamples = field(default_factory=BoundedSamples)
+    exposed_ms: BoundedSamples = field(default_factory=BoundedSamples)
+    overlap_pct: BoundedSamples = field(default_factory=BoundedSamples)
+    compute_only_ms: float = math.nan
     step_bytes: int = 0
     steps_logged: int = 0
     steps_measured: int = 0
@@ -145,6 +174,13 @@ class RunAggregate:
         self.max_bucket_ms.add(stats.max_bucket_ms)
         self.tail_ms.add(stats.tail_ms)
         self.samples_per_s.add(stats.samples_per_s)
+        for samples, value in (
+            (self.fwd_bwd_ms, stats.fwd_bwd_ms),
+            (self.exposed_ms, stats.exposed_ms),
+            (self.overlap_pct, stats.overlap_pct),
+        ):
+            if not math.isnan(value):
+                samples.add(value)
         self.step_bytes = stats.bytes
         for t in timings:
             summary = self.buckets.setdefault(t.index, BucketSummary(t.index))

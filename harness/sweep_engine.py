@@ -28,6 +28,7 @@ import datetime
 import math
 import os
 import platform
+import re
 import signal
 import socket
 import sys
@@ -175,8 +176,11 @@ class _Signals:
             signal.signal(signum, handler)
 
 
+_SOURCE_PREFIX = re.compile(r"^\[[^\]]*\.(?:cc|cpp|h|hpp)(?::\d+)?\]\s*")  # gloo's "[.../pair.cc:545] "
+
+
 def _first_line(err: BaseException, limit: int = 300) -> str:
-    text = (str(err).strip().splitlines() or [""])[0]
+    text = _SOURCE_PREFIX.sub("", (str(err).strip().splitlines() or [""])[0])
     return f"{type(err).__name__}: {text[:limit]}"
 
 
@@ -710,8 +714,9 @@ def _record_for_torchrun(message: str) -> None:
         from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
         try:
-            raise RuntimeError(message)
+            raise RuntimeError(message) from None
         except RuntimeError as err:
+            err.__context__ = None  # the report shows this message, not the chain of the original error
             ErrorHandler().record_exception(err)
 
 

@@ -1,7 +1,9 @@
 """Lightning callback that attaches the timed hook, resolves each step's stamps, and logs them.
 
-Per step, on rank 0: TensorBoard scalars under METRICS.md's names, a histogram of bucket times, and
-samples/s and comm ms in the progress bar. At the end: the per-bucket table and summary.json.
+Before training it measures the compute-only step (calibration.py). Per step, on rank 0: TensorBoard
+scalars under METRICS.md's names, a histogram of bucket times, and samples/s, comm ms and exposed ms in
+the progress bar. Every `gather_every` steps, every rank's times are gathered to log the skew across
+ranks. At the end: the per-bucket table and summary.json.
 
 Stamps of step k are resolved at the start of step k + 2 (and the rest at the end of training), so the
 GPU has long finished them and nothing here waits on it in the steady state.
@@ -17,8 +19,10 @@ import torch
 import torch.distributed as dist
 
 from harness import run_summary
-from harness.comm_hook import BucketTiming, TimedHookState, make_hook_state, register_timed_hook
+from harness.calibration import measure_compute_only_ms
+from harness.comm_hook import BucketTiming, ResolvedStep, TimedHookState, make_hook_state, register_timed_hook
 from harness.metrics import busbw_gbps
+from harness.rank_gather import RankGatherer, RankSpread
 from harness.step_stats import RunAggregate, StepStats, step_stats
 from harness.tb_step_writer import write_step
 
@@ -36,6 +40,8 @@ class CommTimingCallback(pl.Callback):
         settings: dict[str, Any],
         powersgd_rank: int = 1,
         bucket_cap_mb: float | None = None,
+        calibration_steps: int = 0,
+        gather_every: int = 0,
     ) -> None:
         self.hook_name = hook_name
         self.samples_per_step = samples_per_step  # all ranks, all micro-batches of one optimizer step
@@ -43,9 +49,15 @@ class CommTimingCallback(pl.Callback):
         self.settings = settings
         self.powersgd_rank = powersgd_rank
         self.bucket_cap_mb = bucket_cap_mb
+        self.calibration_steps = calibration_steps
+        self.gather_every = gather_every  # 0: never
         self.state: TimedHookState | None = None
         self.aggregate: RunAggregate | None = None
+        self.gatherer: RankGatherer | None = None
         self.last_stats: StepStats | None = None
+        self.last_spread: RankSpread | None = None
+        self.compute_only_ms = math.nan
+        self.calibration_samples: list[float] = []
         self.world_size = 1
         self._current_step = -1
         self._writer = None
@@ -69,9 +81,19 @@ class CommTimingCallback(pl.Callback):
         )
         register_timed_hook(ddp_model, self.state)
         self.aggregate = RunAggregate(world_size=self.world_size)
+        if self.gather_every > 0:
+            self.gatherer = RankGatherer(self.world_size)
         if trainer.is_global_zero and trainer.logger is not None:
             self._writer = trainer.logger.experiment
             run_summary.add_custom_scalar_layout(self._writer)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        forward_backward = getattr(pl_module, "forward_backward_without_sync", None)
+        if self.calibration_steps > 0 and forward_backward is not None:
+            self.compute_only_ms, self.calibration_samples = measure_compute_only_ms(
+                trainer.strategy.model, forward_backward, self.calibration_steps, self.state.use_cuda
+            )
+            self.aggregate.compute_only_ms = self.compute_only_ms
 
     # -- per step -----------------------------------------------------------------------------------
 
@@ -81,21 +103,32 @@ class CommTimingCallback(pl.Callback):
             return  # a later micro-batch of the same optimizer step (gradient accumulation)
         self._current_step = step
         self.state.begin_step(step)
-        self._resolve_ready(trainer, upto=step - RESOLVE_LAG_STEPS)
+        self._resolve_ready(upto=step - RESOLVE_LAG_STEPS)
 
-    def _resolve_ready(self, trainer: pl.Trainer, upto: int) -> None:
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        # Backward is over and DDP has waited for every bucket's collective: what lies between the step's
+        # start and here, beyond the compute-only time, is exposed communication.
+        self.state.mark_backward_end()
+
+    def _resolve_ready(self, upto: int, gather: bool = True) -> None:
         for step in self.state.pending_steps():
             if step > upto:
                 break
-            next_start = self.state.start_stamp(step + 1)
-            self._finish_step(trainer, step, *self.state.resolve_step(step, next_start))
+            self._finish_step(self.state.resolve_step(step, self.state.start_stamp(step + 1)), gather)
 
-    def _finish_step(self, trainer: pl.Trainer, step: int, step_ms: float, timings: list[BucketTiming]) -> None:
-        stats = step_stats(step, step_ms, timings, self.samples_per_step, self.world_size)
-        self.aggregate.add(stats, timings, self.state.bucket_layout)
+    def _finish_step(self, resolved: ResolvedStep, gather: bool = True) -> None:
+        stats = step_stats(resolved, self.samples_per_step, self.world_size, self.compute_only_ms)
+        self.aggregate.add(stats, resolved.timings, self.state.bucket_layout)
         self.last_stats = stats
+        spread = None
+        if gather and self.gatherer is not None and stats.step % self.gather_every == 0:
+            # Every rank resolves the same steps in the same order, so this collective lines up.
+            spread = self.gatherer.gather(stats, [t.time_ms for t in resolved.timings])
+            self.last_spread = spread
         if self._writer is not None:
-            _log_step(self._writer, stats, timings, self.world_size)
+            _log_step(self._writer, stats, resolved.timings, self.world_size, spread)
+
+    # -- the end ------------------------------------------------------------------------------------
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._finish(trainer, completed=True)
@@ -109,54 +142,64 @@ class CommTimingCallback(pl.Callback):
         self.finished = True
         end = self.state.stamp_now()
         pending = self.state.pending_steps()
-        last = pending[-1] if pending else None
-        if not completed and last is not None:
-            self.state.resolve_step(last, end)  # the interrupted step is incomplete: drop it
+        if not completed and pending:
+            self.state.resolve_step(pending[-1], end)  # the interrupted step is incomplete: drop it
             pending = pending[:-1]
         for step in pending:
-            next_start = end if step == last else self.state.start_stamp(step + 1)
-            self._finish_step(trainer, step, *self.state.resolve_step(step, next_start))
+            next_start = end if step == pending[-1] and completed else self.state.start_stamp(step + 1)
+            # A peer may be gone after a failure: no cross-rank gathers then.
+            self._finish_step(self.state.resolve_step(step, next_start), gather=completed)
         self.state.release_stamp(end)
         if trainer.is_global_zero:
-            summary = run_summary.build_summary(
-                self.aggregate,
-                settings=self.settings,
-                world_size=self.world_size,
-                backend=dist.get_backend() if dist.is_initialized() else "none",
-                sample_unit=self.sample_unit,
-                completed=completed,
-                reason=reason,
-                ddp_logging=_ddp_logging(trainer),
-            )
-            log_dir = trainer.logger.log_dir if trainer.logger is not None else "."
-            run_summary.write_summary(summary, log_dir)
-            if completed:
-                print(run_summary.format_table(summary), flush=True)
-            if self._writer is not None:
-                run_summary.log_hparams(trainer.logger, summary)
-                self._writer.flush()
+            self._write_summary(trainer, completed, reason)
+
+    def _write_summary(self, trainer: pl.Trainer, completed: bool, reason: str) -> None:
+        summary = run_summary.build_summary(
+            self.aggregate,
+            settings=self.settings,
+            world_size=self.world_size,
+            backend=dist.get_backend() if dist.is_initialized() else "none",
+            sample_unit=self.sample_unit,
+            completed=completed,
+            reason=reason,
+            ddp_logging=_ddp_logging(trainer),
+            calibration_samples_ms=self.calibration_samples,
+            last_rank_spread=self.last_spread.__dict__ if self.last_spread else None,
+        )
+        log_dir = trainer.logger.log_dir if trainer.logger is not None else "."
+        run_summary.write_summary(summary, log_dir)
+        if completed:
+            print(run_summary.format_table(summary), flush=True)
+        if self._writer is not None:
+            run_summary.log_hparams(trainer.logger, summary)
+            self._writer.flush()
 
     # -- progress bar -------------------------------------------------------------------------------
 
     def progress_bar_metrics(self) -> dict[str, float | str]:
-        """Plain floats for the progress bar: no tensors, so showing them never syncs the GPU."""
+        """Plain strings for the progress bar: no tensors, so showing them never syncs the GPU."""
         stats = self.last_stats
         if stats is None:
             return {}
-        return {
+        metrics = {
             f"{self.sample_unit}s/s": f"{stats.samples_per_s:.4g}",
             "comm_ms": f"{stats.comm_ms:.3g}",
             "step_ms": f"{stats.step_ms:.3g}",
         }
+        if not math.isnan(stats.exposed_ms):
+            metrics["exposed_ms"] = f"{stats.exposed_ms:.3g}"
+        return metrics
 
 
-def _log_step(writer: Any, stats: StepStats, timings: list[BucketTiming], world_size: int) -> None:
-    step = stats.step
+def _log_step(
+    writer: Any, stats: StepStats, timings: list[BucketTiming], world_size: int, spread: RankSpread | None
+) -> None:
     scalars = {
         "step/time_ms": stats.step_ms,
         "step/samples_per_s": stats.samples_per_s,
         "step/samples_per_s_per_device": stats.samples_per_s_per_device,
         "step/warmup": float(stats.warmup),
+        "step/fwd_bwd_ms": stats.fwd_bwd_ms,
         "comm/bytes": stats.bytes,
         "comm/buckets": stats.buckets,
         "comm/time_ms": stats.comm_ms,
@@ -164,6 +207,8 @@ def _log_step(writer: Any, stats: StepStats, timings: list[BucketTiming], world_
         "comm/busbw_gbps": stats.busbw_gbps,
         "comm/max_bucket_ms": stats.max_bucket_ms,
         "comm/tail_ms": stats.tail_ms,
+        "comm/exposed_ms": stats.exposed_ms,
+        "comm/overlap_pct": stats.overlap_pct,
     }
     for t in timings:
         prefix = f"comm/bucket_{t.index:02d}"
@@ -173,7 +218,17 @@ def _log_step(writer: Any, stats: StepStats, timings: list[BucketTiming], world_
         scalars[f"{prefix}/ready_to_done_ms"] = t.ready_to_done_ms
         if t.exec_ms is not None:
             scalars[f"{prefix}/exec_ms"] = t.exec_ms
-    write_step(writer, step, scalars, {"comm/bucket_time_ms": [t.time_ms for t in timings]})
+    if spread is not None:
+        scalars.update(
+            {
+                "ranks/step_ms_skew": spread.step_ms_skew,
+                "ranks/comm_ms_skew": spread.comm_ms_skew,
+                "ranks/slowest_rank": spread.slowest_rank,
+                "ranks/bucket_ms_skew_max": spread.bucket_ms_skew_max,
+                "comm/busbw_fastest_rank_gbps": spread.busbw_fastest_gbps,
+            }
+        )
+    write_step(writer, stats.step, scalars, {"comm/bucket_time_ms": [t.time_ms for t in timings]})
 
 
 def _max_buckets(module: torch.nn.Module, bucket_cap_mb: float | None) -> int:
@@ -184,19 +239,29 @@ def _max_buckets(module: torch.nn.Module, bucket_cap_mb: float | None) -> int:
 
 
 def _ddp_logging(trainer: pl.Trainer) -> dict[str, Any]:
-    """DDP's own measurements (sampled on iterations <= 10 and every 100th): an independent cross-check."""
+    """DDP's own measurements (sampled on iterations <= 10 and every 100th): an independent cross-check.
+
+    Times are DDP's averages in ns; the overlap it reports is the part of backward compute that ran while
+    communication was in flight.
+    """
     try:
         data = trainer.strategy.model._get_ddp_logging_data()
     except (AttributeError, RuntimeError):
         return {}
     keys = (
         "comm_hook",
+        "backend_name",
+        "iteration",
         "avg_forward_compute_time",
         "avg_backward_compute_time",
         "avg_backward_comm_time",
         "avg_backward_compute_comm_overlap_time",
         "bucket_sizes",
         "rebuilt_bucket_sizes",
-        "backend_name",
     )
-    return {key: data[key] for key in keys if key in data}
+    out = {key: data[key] for key in keys if key in data}
+    comm, overlap = out.get("avg_backward_comm_time"), out.get("avg_backward_compute_comm_overlap_time")
+    if comm:
+        out["overlap_pct"] = 100.0 * overlap / comm if overlap is not None else None
+        out["exposed_ms"] = (comm - (overlap or 0)) / 1e6
+    return out

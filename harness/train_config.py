@@ -63,6 +63,10 @@ class TrainConfig:
     run_name: str | None = None
     timeout_s: float = 600.0
     """Bound on every collective and the rendezvous."""
+    calibration_steps: int = 6
+    """Compute-only steps (no communication) timed before training; 0 turns exposed time off."""
+    gather_every: int = 50
+    """Gather every rank's times every this many steps, to log the skew across ranks; 0: never."""
     launcher: str = "none"
     """Set by resolve(): torchrun, slurm or none."""
 
@@ -85,6 +89,9 @@ class TrainConfig:
         ):
             if value is not None and value < 1:
                 raise UsageError(f"{flag} must be a positive integer, got {value}")
+        for flag, value in (("--calibration-steps", self.calibration_steps), ("--gather-every", self.gather_every)):
+            if value < 0:
+                raise UsageError(f"{flag} must be 0 or more, got {value}")
         if self.bucket_cap_mb is not None and self.bucket_cap_mb <= 0:
             raise UsageError(f"--bucket-cap-mb must be positive, got {self.bucket_cap_mb}")
         if self.timeout_s <= 0:
@@ -250,6 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--logdir", default="runs", help="TensorBoard log root")
     add("--run-name", help="run directory under --logdir (default: made from the settings)")
     add("--timeout", dest="timeout_s", type=float, default=600.0, help="seconds bounding every collective")
+    add(
+        "--calibration-steps",
+        type=int,
+        default=6,
+        help="compute-only steps timed before training, for exposed communication (0: off)",
+    )
+    add("--gather-every", type=int, default=50, help="gather all ranks' times every N steps for skew (0: never)")
     return parser
 
 

@@ -60,6 +60,8 @@ def build_trainer(
         settings=cfg.to_dict(),
         powersgd_rank=cfg.powersgd_rank,
         bucket_cap_mb=cfg.bucket_cap_mb,
+        calibration_steps=cfg.calibration_steps,
+        gather_every=cfg.gather_every,
     )
     logger = TensorBoardLogger(
         save_dir=cfg.logdir, name=cfg.run_name, version=os.environ[RUN_VERSION_ENV], default_hp_metric=False

@@ -81,12 +81,12 @@ def _compare_worker(rank: int, world_size: int, hook_name: str, bucket_cap_mb: f
         "bitwise_equal": [torch.equal(a, b) for a, b in zip(reference, timed, strict=True)],
         "differs_across_steps": not torch.equal(timed[0], timed[1]),
         "grad_sample": timed[-1][:4].tolist(),
-        "step_bytes": [sum(t.bytes for t in timings) for _, timings in resolved],
-        "bucket_counts": [len(timings) for _, timings in resolved],
-        "step_ms": [ms for ms, _ in resolved],
-        "stamps_ordered": all(0 <= t.ready_ms <= t.done_ms for _, ts in resolved for t in ts),
-        "exec_ms": [t.exec_ms for _, ts in resolved for t in ts],
-        "dtypes": sorted({t.dtype for _, ts in resolved for t in ts}),
+        "step_bytes": [sum(t.bytes for t in r.timings) for r in resolved],
+        "bucket_counts": [len(r.timings) for r in resolved],
+        "step_ms": [r.step_ms for r in resolved],
+        "stamps_ordered": all(0 <= t.ready_ms <= t.done_ms for r in resolved for t in r.timings),
+        "exec_ms": [t.exec_ms for r in resolved for t in r.timings],
+        "dtypes": sorted({t.dtype for r in resolved for t in r.timings}),
         "pending_after": state.pending_steps(),
         "trainable": trainable,
         "comm_hook": ddp._get_ddp_logging_data().get("comm_hook"),
@@ -141,8 +141,8 @@ def _powersgd_many_buckets_worker(rank: int, world_size: int) -> dict:
     resolved = [state.resolve_step(s, end if s == STEPS - 1 else state.start_stamp(s + 1)) for s in range(STEPS)]
     return {
         "grad_sample": grads[-1][:8].tolist(),
-        "step_bytes": [sum(t.bytes for t in ts) for _, ts in resolved],
-        "buckets": [len(ts) for _, ts in resolved],
+        "step_bytes": [sum(t.bytes for t in r.timings) for r in resolved],
+        "buckets": [len(r.timings) for r in resolved],
         "full": 4 * sum(p.numel() for p in ddp.parameters()),
     }
 
@@ -163,7 +163,7 @@ def _noop_worker(rank: int, world_size: int) -> dict:
     grads = _train_grads(ddp, rank, on_step=state.begin_step)
     end = state.stamp_now()
     bytes_ = [
-        sum(t.bytes for t in state.resolve_step(s, end if s == STEPS - 1 else state.start_stamp(s + 1))[1])
+        sum(t.bytes for t in state.resolve_step(s, end if s == STEPS - 1 else state.start_stamp(s + 1)).timings)
         for s in range(STEPS)
     ]
     gathered = [torch.zeros_like(grads[0]) for _ in range(world_size)]
@@ -205,8 +205,8 @@ def test_nccl_path_reports_execution_time_and_keeps_numerics(tmp_path):
             a.grad = b.grad = None
     end = state.stamp_now()
     resolved = [state.resolve_step(s, end if s == STEPS - 1 else state.start_stamp(s + 1)) for s in range(STEPS)]
-    timings = [t for _, ts in resolved for t in ts]
+    timings = [t for r in resolved for t in r.timings]
     assert len(timings) > STEPS, "several buckets after the rebuild"
     assert all(t.exec_ms is not None and t.exec_ms > 0 for t in timings), "NCCL reports each kernel's time"
     assert all(0 <= t.ready_ms <= t.done_ms for t in timings)
-    assert all(ms > 0 for ms, _ in resolved)
+    assert all(r.step_ms > 0 for r in resolved)

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from harness.comm_hook import BucketTiming
+from harness.comm_hook import BucketTiming, ResolvedStep
 from harness.metrics import percentile
-from harness.step_stats import BoundedSamples, RunAggregate, busy_ms, step_stats
+from harness.step_stats import BoundedSamples, RunAggregate, busy_ms, exposure, step_stats
 
 
 def timing(index: int, ready: float, done: float, bytes_: int = 1000, exec_ms: float | None = None) -> BucketTiming:
@@ -24,7 +24,7 @@ def test_busy_time_is_the_union_of_intervals():
 
 def test_step_stats_from_ready_to_done_and_from_exec_time():
     timings = [timing(0, 1.0, 3.0, 4000), timing(1, 2.0, 5.0, 4000)]
-    stats = step_stats(7, 10.0, timings, samples_per_step=64, world_size=2)
+    stats = step_stats(ResolvedStep(7, 10.0, 9.0, timings), samples_per_step=64, world_size=2, compute_only_ms=7.0)
     assert stats.bytes == 8000 and stats.buckets == 2
     assert stats.comm_ms == pytest.approx(4.0)  # union of [1, 3] and [2, 5]
     assert stats.tail_ms == pytest.approx(3.0)  # last ready (2) to last done (5)
@@ -33,13 +33,22 @@ def test_step_stats_from_ready_to_done_and_from_exec_time():
     assert stats.busbw_gbps == pytest.approx(stats.algbw_gbps * 2 * (2 - 1) / 2)
     assert stats.max_bucket_ms == pytest.approx(3.0)
     assert not stats.warmup
+    assert stats.exposed_ms == pytest.approx(2.0) and stats.overlap_pct == pytest.approx(50.0)
 
     # Where NCCL reports execution times, each bucket's time is its own, ending at its done stamp.
     nccl = [timing(0, 0.0, 3.0, exec_ms=1.0), timing(1, 0.5, 5.0, exec_ms=2.0)]
-    stats = step_stats(0, 10.0, nccl, samples_per_step=8, world_size=1)
+    stats = step_stats(ResolvedStep(0, 10.0, None, nccl), samples_per_step=8, world_size=1)
     assert stats.comm_ms == pytest.approx(3.0) and stats.max_bucket_ms == pytest.approx(2.0)
     assert stats.busbw_gbps == 0.0, "one rank: busbw is 0 by definition"
     assert stats.warmup
+    assert math.isnan(stats.exposed_ms) and math.isnan(stats.overlap_pct), "no backward-end stamp, no exposure"
+
+
+def test_exposure_clamps_overlap_and_needs_calibration():
+    assert exposure(12.0, 10.0, 4.0) == (2.0, 50.0)
+    assert exposure(15.0, 10.0, 4.0) == (5.0, 0.0)  # exposed beyond busy time (interference): 0 % overlap
+    assert exposure(9.5, 10.0, 4.0) == (-0.5, 100.0)  # noise below the compute-only time: fully hidden
+    assert all(math.isnan(v) for v in exposure(12.0, math.nan, 4.0))
 
 
 def test_bounded_samples_keep_memory_flat_and_stay_exact_below_capacity():
@@ -58,7 +67,7 @@ def test_aggregate_skips_warmup_steps():
     agg = RunAggregate(world_size=2)
     for step in range(5):
         t = [timing(0, 0.0, 1.0 + step)]
-        agg.add(step_stats(step, 10.0, t, 8, 2), t, {})
+        agg.add(step_stats(ResolvedStep(step, 10.0, None, t), 8, 2), t, {})
     assert agg.steps_logged == 5 and agg.steps_measured == 3
     assert agg.buckets[0].times_ms.values == [3.0, 4.0, 5.0]
     assert math.isclose(agg.comm_ms.percentile(50), 4.0)

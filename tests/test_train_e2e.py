@@ -49,7 +49,10 @@ def load_events(run_dir: Path) -> EventAccumulator:
 @pytest.mark.slow
 def test_two_process_run_writes_promised_tags(tmp_path):
     steps = 5
-    proc = run_train(["--model", "resnet_tiny", "--max-steps", str(steps), "--bucket-cap-mb", "0.5"], tmp_path)
+    proc = run_train(
+        ["--model", "resnet_tiny", "--max-steps", str(steps), "--bucket-cap-mb", "0.5", "--gather-every", "2"],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     acc = load_events(run_dir)
@@ -71,6 +74,13 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     assert bucket_bytes == 4 * params
     assert all(e.value > 0 for e in acc.Scalars("step/time_ms"))
     assert "comm/bucket_time_ms" in acc.Tags()["histograms"]
+    # Exposed communication from the calibrated compute-only step, every step.
+    for tag in ("comm/exposed_ms", "comm/overlap_pct", "step/fwd_bwd_ms", "comm/tail_ms"):
+        assert [e.step for e in acc.Scalars(tag)] == list(range(steps)), tag
+    # Cross-rank gathers every 2 steps.
+    for tag in ("ranks/step_ms_skew", "ranks/slowest_rank", "comm/busbw_fastest_rank_gbps"):
+        assert [e.step for e in acc.Scalars(tag)] == [0, 2, 4], tag
+    assert all(e.value in (0, 1) for e in acc.Scalars("ranks/slowest_rank"))
 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["completed"] is True
@@ -81,6 +91,8 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     assert summary["settings"]["model"] == "resnet_tiny"
     assert summary["versions"]["torch"] and "lightning" in summary["versions"]
     assert summary["ddp_logging"]["comm_hook"] == "timed_allreduce_hook"
+    assert summary["totals"]["compute_only_ms"] > 0 and len(summary["calibration_samples_ms"]) == 6
+    assert summary["totals"]["exposed_ms_p50"] is not None and summary["last_rank_spread"]["step"] == 4
     assert all(
         key.startswith(("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_", "WORLD", "LOCAL", "MASTER", "SLURM"))
         for key in summary["env"]
