@@ -33,12 +33,11 @@ class RankGatherer:
 
     def __init__(self, world_size: int) -> None:
         self.world_size = world_size
-        # new_group is collective: every rank creates it at the same point (fit start).
-        self.group = dist.new_group(backend="gloo") if world_size > 1 else None
+        # new_group is collective: every rank creates it at the same point (fit start). At world size 1 the
+        # gather is trivial but still runs, so its cost is measured on a single GPU too.
+        self.group = dist.new_group(backend="gloo")
 
-    def gather(self, stats: StepStats, bucket_ms: list[float]) -> RankSpread | None:
-        if self.group is None:
-            return None
+    def gather(self, stats: StepStats, bucket_ms: list[float]) -> RankSpread:
         local = torch.tensor([stats.step_ms, stats.comm_ms, *bucket_ms], dtype=torch.float64)
         gathered = [torch.empty_like(local) for _ in range(self.world_size)]
         dist.all_gather(gathered, local, group=self.group)

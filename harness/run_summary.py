@@ -31,6 +31,7 @@ def build_summary(
     ddp_logging: dict[str, Any] | None = None,
     calibration_samples_ms: list[float] | None = None,
     last_rank_spread: dict[str, Any] | None = None,
+    overhead_s: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Everything a later comparison needs, as plain JSON types. Warm-up steps are excluded."""
     buckets = []
@@ -86,6 +87,7 @@ def build_summary(
         "ddp_logging": ddp_logging or {},
         "calibration_samples_ms": calibration_samples_ms or [],
         "last_rank_spread": last_rank_spread,
+        "overhead_s": overhead_s or {},
         **run_info(),
     }
 

@@ -12,6 +12,7 @@ GPU has long finished them and nothing here waits on it in the steady state.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import lightning.pytorch as pl
@@ -59,6 +60,9 @@ class CommTimingCallback(pl.Callback):
         self.compute_only_ms = math.nan
         self.calibration_samples: list[float] = []
         self.world_size = 1
+        # Wall time the harness itself adds to the run (reported in summary.json under "overhead_s").
+        self.overhead_s = {"calibration": 0.0, "rank_gathers": 0.0}
+        self.gathers = 0
         self._current_step = -1
         self._writer = None
         self.finished = False
@@ -90,9 +94,11 @@ class CommTimingCallback(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         forward_backward = getattr(pl_module, "forward_backward_without_sync", None)
         if self.calibration_steps > 0 and forward_backward is not None:
+            start = time.perf_counter()
             self.compute_only_ms, self.calibration_samples = measure_compute_only_ms(
                 trainer.strategy.model, forward_backward, self.calibration_steps, self.state.use_cuda
             )
+            self.overhead_s["calibration"] = time.perf_counter() - start
             self.aggregate.compute_only_ms = self.compute_only_ms
 
     # -- per step -----------------------------------------------------------------------------------
@@ -123,7 +129,10 @@ class CommTimingCallback(pl.Callback):
         spread = None
         if gather and self.gatherer is not None and stats.step % self.gather_every == 0:
             # Every rank resolves the same steps in the same order, so this collective lines up.
+            start = time.perf_counter()
             spread = self.gatherer.gather(stats, [t.time_ms for t in resolved.timings])
+            self.overhead_s["rank_gathers"] += time.perf_counter() - start
+            self.gathers += 1
             self.last_spread = spread
         if self._writer is not None:
             _log_step(self._writer, stats, resolved.timings, self.world_size, spread)
@@ -165,6 +174,7 @@ class CommTimingCallback(pl.Callback):
             ddp_logging=_ddp_logging(trainer),
             calibration_samples_ms=self.calibration_samples,
             last_rank_spread=self.last_spread.__dict__ if self.last_spread else None,
+            overhead_s={**self.overhead_s, "gathers": self.gathers},
         )
         log_dir = trainer.logger.log_dir if trainer.logger is not None else "."
         run_summary.write_summary(summary, log_dir)
