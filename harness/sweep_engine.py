@@ -154,11 +154,13 @@ class GpuWaitTimeout(RuntimeError):
 
 
 class _Signals:
-    """SIGINT/SIGTERM: the first raises Interrupted in the main thread; later ones are only remembered, so
-    the cleanup they interrupt (flushing, destroying the process group) still runs."""
+    """SIGINT/SIGTERM: while armed, the first raises Interrupted in the main thread; otherwise (and after the
+    first) they are only remembered, so the cleanup they would interrupt (reporting, flushing, destroying
+    the process group) still runs."""
 
     def __init__(self):
         self.received: int | None = None
+        self.armed = False
         self.previous = {}
 
     def install(self) -> _Signals:
@@ -169,7 +171,9 @@ class _Signals:
     def _handle(self, signum, frame) -> None:
         if self.received is None:
             self.received = signum
-            raise Interrupted(signum)
+            if self.armed:
+                self.armed = False
+                raise Interrupted(signum)
 
     def restore(self) -> None:
         for signum, handler in self.previous.items():
@@ -302,7 +306,12 @@ def memory_problem(need: int, sharing: int, available: int | None) -> str | None
     if available is None or need * sharing <= available * MEMORY_HEADROOM:
         return None
     per = f" on each of {sharing} ranks of this host" if sharing > 1 else ""
-    return f"{MEMORY_SKIP}would need {need / GIB:.3g} GiB{per}, {available / GIB:.3g} GiB available"
+    return f"{MEMORY_SKIP}would need {_gib(need)}{per}, {_gib(available)} available"
+
+
+def _gib(size: float) -> str:
+    gib = size / GIB
+    return f"{gib:,.0f} GiB" if gib >= 1000 else f"{gib:.3g} GiB"
 
 
 def is_out_of_memory(err: BaseException) -> bool:
@@ -731,46 +740,47 @@ def run_rank(plan: Plan) -> int:
     env = detect()
     where = Where(phase="rendezvous")
     device = torch.device("cuda", env.local_rank) if plan.backend == "nccl" else torch.device("cpu")
-    initialised, code = False, EXIT_FAILED
+    initialised, code, failure = False, EXIT_FAILED, None
+    signals.armed = True
     try:
         apply_safe_nccl_env()
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        timeout = datetime.timedelta(seconds=plan.timeout_s)
         dist.init_process_group(
             plan.backend,
             init_method=init_method(),
             rank=env.rank,
             world_size=env.world_size,
-            timeout=timeout,
+            timeout=datetime.timedelta(seconds=plan.timeout_s),
             device_id=device if device.type == "cuda" else None,
         )
         initialised = True
-        code = 0 if run_sweep(plan, device, where) else EXIT_WRONG
-    except Interrupted as stop:
-        code = 128 + stop.signum
-        if env.rank == 0:
-            kept = f"; rows so far are in {plan.json_path}" if plan.json_path else ""
-            print(f"{PROG}: rank 0: interrupted by {signal.Signals(stop.signum).name} during {where}{kept}",
-                  file=sys.stderr, flush=True)  # fmt: skip
+        ok = run_sweep(plan, device, where)
+        signals.armed = False
+        code = 0 if ok else EXIT_WRONG
+    except Interrupted:
+        pass  # reported below, with the signal
     except Exception as err:  # a collective failed or timed out, a peer died, the GPU never finished
-        message = f"rank {env.rank}: {where} failed: {_first_line(err)}"
+        failure = err
+    signals.armed = False
+    if failure is not None:  # reported even if a launcher's SIGTERM came meanwhile: it says more
+        code = EXIT_FAILED
+        message = f"rank {env.rank}: {where} failed: {_first_line(failure)}"
         print(f"{PROG}: {message}", file=sys.stderr, flush=True)
         _record_for_torchrun(message)
-        if isinstance(err, GpuWaitTimeout):
+        if isinstance(failure, GpuWaitTimeout):
             # A kernel is stuck on the GPU: destroying the communicator would wait for it. Leave now.
             sys.stdout.flush()
             os._exit(EXIT_FAILED)
-        code = EXIT_FAILED
-    finally:
-        try:
-            if initialised:
-                dist.destroy_process_group()
-        except Interrupted:
-            pass
-        signals.restore()
-    if signals.received is not None:  # an interrupt during teardown still decides the exit code
+    elif signals.received is not None:
         code = 128 + signals.received
+        if env.rank == 0:
+            kept = f"; rows so far are in {plan.json_path}" if plan.json_path else ""
+            name = signal.Signals(signals.received).name
+            print(f"{PROG}: rank 0: interrupted by {name} during {where}{kept}", file=sys.stderr, flush=True)
+    if initialised:
+        dist.destroy_process_group()
+    signals.restore()
     return code
 
 
