@@ -364,7 +364,7 @@ def _graph_events_supported() -> bool:
             x = torch.zeros(1024, device="cuda")
             events = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(2)]
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # NCCL's watchdog polls meanwhile
                 events[0].record()
                 x.add_(1)
                 events[1].record()
@@ -459,13 +459,14 @@ def _eager_samples(call, count: int, clock: _Clock, device, where: Where) -> lis
 def _graph_samples(call, count: int, plan: Plan, device, where: Where) -> tuple[Callable[[], list[float]], bool]:
     """A function returning `count` per-call GPU times per replay, and whether the graph is empty."""
     if _graph_events_supported():
+        _, empty = _capture(call, 1, plan.timeout_s)  # alone: event nodes would make an empty graph look busy
         marks = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(count + 1)]
-        graph, empty = _capture(call, count, plan.timeout_s, marks)
+        graph, _ = _capture(call, count, plan.timeout_s, marks)
 
         def replay() -> list[float]:
             _barrier(device, plan.timeout_s)
             graph.replay()
-            _wait_event(marks[-1], plan.timeout_s)
+            _sync(device, plan.timeout_s)  # an event recorded after the replay, in stream order
             return [marks[i].elapsed_time(marks[i + 1]) / 1e3 for i in range(count)]
 
         return replay, empty

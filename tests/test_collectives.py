@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from harness import collectives
 from harness.collectives import (
     COLLECTIVES,
     DTYPES,
@@ -125,6 +126,14 @@ def test_avg_allows_rounding_only_where_n_is_not_a_power_of_two():
         bufs.recv.copy_(exact.float())
         bufs.recv[0] = torch.nextafter(bufs.recv[0], torch.tensor(1e9))
         assert (count_wrong("all_reduce", bufs, lay, args) == 0) is off_by_ulp_ok
+
+
+@pytest.mark.parametrize("numel", [1, 7, 8, 9, 64])
+def test_emulated_copy_in_pieces_is_exact(numel, monkeypatch):
+    monkeypatch.setattr(collectives, "COPY_PIECE_BYTES", 32)  # 8 float32 elements a piece
+    src, dst = torch.arange(numel, dtype=torch.float32), torch.zeros(numel)
+    collectives.copy_in_pieces(dst, src)
+    assert torch.equal(dst, src)
 
 
 def test_parse_names():

@@ -168,6 +168,9 @@ def test_full_run_writes_jsonl_csv_tensorboard_and_fits(tmp_path):
         else:
             assert row["wrong"] == 0 and row["time_us"] > 0 and row["busbw_gbps"] >= 0 and row["iters"] == 3
     assert {r["emulated"] for r in rows if r["collective"] == "all_reduce"} == {True, False}
+    assert {r["timing"] for r in rows if not r["skipped"]} == {"run"}
+    assert any("emulated" in note for note in header["notes"]) and "run" in header["timing_methods"]
+    assert records[-1] == {"record": "end", "status": "ok", "reason": "", "at": "", "rows": len(rows)}
 
     with open(csv_path) as handle:
         csv_rows = list(csv.DictReader(handle))
@@ -209,7 +212,7 @@ def test_world_size_one_latency_and_graphless_modes(tmp_path):
     latency = [r for r in rows if r["mode"] == "latency" and not r["skipped"]]
     assert len(latency) == 3 * 2  # all_reduce: 3 sizes, 2 placements
     for row in latency:
-        assert row["iters"] == 7 and row["time_us"] == row["p50_us"]
+        assert row["iters"] == 7 and row["time_us"] == row["p50_us"] and row["timing"] == "call"
         assert row["min_us"] <= row["p50_us"] <= row["p90_us"] <= row["p99_us"] <= row["max_us"]
         assert row["skew_us"] == 0 and row["busbw_gbps"] == 0 and row["wrong"] == 0
     send_recv = [r for r in rows if r["collective"] == "send_recv"]
@@ -254,6 +257,10 @@ def test_gpu_graph_mode_reports_host_overhead(tmp_path):
     graph = [r for r in rows if r["cuda_graph"]]
     assert graph and all(r["backend"] == "nccl" and r["wrong"] == 0 for r in rows)
     assert all(r["host_overhead_us"] is not None for r in graph)
+    assert {r["timing"] for r in rows if r["mode"] == "throughput"} == {"run"}
+    assert {r["timing"] for r in rows if r["mode"] == "latency" and not r["cuda_graph"]} == {"call"}
+    assert {r["timing"] for r in graph if r["mode"] == "latency"} <= {"call_in_graph", "replay"}
+    assert _records(jsonl)[-1] == {"record": "end", "status": "ok", "reason": "", "at": "", "rows": len(rows)}
 
 
 # ---- the fit and the table -------------------------------------------------------------------------------
