@@ -16,14 +16,14 @@ summary.json holds the measured layout; `layout_from_summary` reads it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.distributed as dist
-from torch import nn
+if TYPE_CHECKING:
+    from torch import nn
 
 DEFAULT_BUCKET_CAP_MB = 25.0  # DDP's default cap (torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB)
 MIB = 2**20  # DDP's bucket_cap_mb is in MiB
+# torch is imported where it is used, so that the command line answers a mistake without loading it.
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ class Bucket:
 
 def bucket_limits_bytes(bucket_cap_mb: float | None) -> list[int]:
     """The size limits DDP's rebuild uses: [first bucket, every later bucket], in bytes."""
+    import torch.distributed as dist
+
     if bucket_cap_mb is None:
         return [dist._DEFAULT_FIRST_BUCKET_BYTES, int(DEFAULT_BUCKET_CAP_MB * MIB)]
     cap = int(bucket_cap_mb * MIB)
@@ -53,6 +55,8 @@ def ddp_bucket_layout(model: nn.Module, bucket_cap_mb: float | None = None) -> l
 
     The model may live on the meta device: only shapes and dtypes are read.
     """
+    import torch.distributed as dist
+
     named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     if not named:
         return []
@@ -78,6 +82,8 @@ def ddp_bucket_layout(model: nn.Module, bucket_cap_mb: float | None = None) -> l
 
 def model_bucket_layout(model_name: str, bucket_cap_mb: float | None = None) -> list[Bucket]:
     """`ddp_bucket_layout` of a registered model, built on the meta device (no memory, no download)."""
+    import torch
+
     from models import get_model_spec
 
     spec = get_model_spec(model_name)

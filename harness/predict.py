@@ -276,8 +276,8 @@ def resolve_network(args: argparse.Namespace) -> Network:
     return Network(alpha, busbw, net.ref_world_size, args.alpha_scaling, f"{net.source}; {given} given")
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = parse_args(argv)
+def check_args(args: argparse.Namespace) -> None:
+    """Mistakes that need no file read, as one-line UsageErrors."""
     if args.world_size is not None and args.world_size < 1:
         raise UsageError(f"--world-size must be at least 1, got {args.world_size}")
     if args.compute_ms is not None and args.compute_ms < 0:
@@ -288,46 +288,60 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise UsageError(f"--bucket-cap-mb must be positive, got {args.bucket_cap_mb}")
     if args.model is None and args.run is None:
         raise UsageError("give --model NAME (buckets from DDP's rule) or --run DIR (measured buckets)")
+    if args.run is not None and args.bucket_cap_mb is not None:
+        raise UsageError("--bucket-cap-mb applies to --model; a --run has its measured buckets")
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        raise UsageError(f"--json {args.json!r}: its folder does not exist")
+
+
+def resolve_layout(args: argparse.Namespace, summary: dict[str, Any] | None) -> tuple[list[Bucket], str, str]:
+    """(buckets, where they come from, model name): the run's measured ones, else DDP's rule on the model."""
+    if summary is not None:
+        run_model = summary.get("settings", {}).get("model", "?")
+        if args.model is not None and args.model != run_model:
+            raise UsageError(f"--model {args.model} differs from the run's model {run_model}")
+        return layout_from_summary(summary), f"measured in {args.run}", run_model
+    from models import get_model_spec
+
+    get_model_spec(args.model)  # a UsageError naming the models
+    layout = "DDP's bucket assignment, gradients taken as ready in reverse registration order"
+    return model_bucket_layout(args.model, args.bucket_cap_mb), layout, args.model
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    check_args(args)
     network = resolve_network(args)
     summary = load_summary(args.run) if args.run else None
-    if summary is not None:
-        settings = summary.get("settings", {})
-        if args.model is not None and args.model != settings.get("model"):
-            raise UsageError(f"--model {args.model} differs from the run's model {settings.get('model')}")
-        if args.bucket_cap_mb is not None:
-            raise UsageError("--bucket-cap-mb applies to --model; a --run has its measured buckets")
-        buckets, layout = layout_from_summary(summary), f"measured in {args.run}"
-        model, run_hook, run_world = settings.get("model", "?"), settings.get("comm_hook"), summary["world_size"]
-    else:
-        from models import get_model_spec
-
-        get_model_spec(args.model)  # a UsageError naming the models
-        buckets = model_bucket_layout(args.model, args.bucket_cap_mb)
-        layout = "DDP's bucket assignment, gradients taken as ready in reverse registration order"
-        model, run_hook, run_world = args.model, None, None
+    buckets, layout, model = resolve_layout(args, summary)
+    run = summary.get("totals", {}) if summary else {}
+    run_hook = (summary.get("settings", {}).get("comm_hook") or "allreduce") if summary else None
+    run_world = summary["world_size"] if summary else None
     hook = args.comm_hook or run_hook or "allreduce"
     if hook not in HOOKS:
         raise UsageError(f"the run used --comm-hook {hook}, which is not modelled; give --comm-hook {'/'.join(HOOKS)}")
     world_size = args.world_size or run_world or network.ref_world_size
     if not world_size:
         raise UsageError("give --world-size (no sweep or run to take it from)")
-    if network.ref_world_size == 0:  # α given for the world size predicted
+    if network.ref_world_size == 0:  # α was given for the world size predicted
         network = Network(network.alpha_us, network.busbw_gbps, world_size, network.alpha_scaling, network.source)
-    compute_ms, other_ms, compute_source = args.compute_ms, 0.0, "--compute-ms"
-    if summary is not None:
-        run = summary.get("totals", {})
-        if compute_ms is None and _finite(run.get("compute_only_ms")):
-            compute_ms, compute_source = run["compute_only_ms"], f"the run's compute-only step ({args.run})"
-        if _finite(run.get("step_ms_p50")) and _finite(run.get("fwd_bwd_ms_p50")):
-            other_ms = max(0.0, run["step_ms_p50"] - run["fwd_bwd_ms_p50"])
+    compute_ms, compute_source = args.compute_ms, "--compute-ms"
+    if compute_ms is None and _finite(run.get("compute_only_ms")):
+        compute_ms, compute_source = run["compute_only_ms"], f"the run's compute-only step ({args.run})"
+    other_ms = 0.0  # the optimizer and the rest of a step, measured by a run
+    if _finite(run.get("step_ms_p50")) and _finite(run.get("fwd_bwd_ms_p50")):
+        other_ms = max(0.0, run["step_ms_p50"] - run["fwd_bwd_ms_p50"])
     result = predict(buckets, network, world_size, hook, compute_ms, other_ms, args.backward_share)
     result.update(model=model, layout=layout, compute_source=compute_source if compute_ms is not None else None)
-    if summary is not None and (run_hook or "allreduce") in HOOKS:
-        same = world_size == run_world and hook == (run_hook or "allreduce")
-        reference = result if same else predict(buckets, network, run_world, run_hook or "allreduce", compute_ms,
-                                                 other_ms, args.backward_share)  # fmt: skip
-        add_efficiency(reference, summary)
-        result["efficiency"] = reference if not same else None
+    if summary is not None and run_hook in HOOKS:
+        # Efficiency compares like with like: the run's own world size and hook, whatever is predicted above.
+        if (world_size, hook) == (run_world, run_hook):
+            add_efficiency(result, summary)
+        else:
+            result["efficiency"] = predict(
+                buckets, network, run_world, run_hook, compute_ms, other_ms, args.backward_share
+            )
+            add_efficiency(result["efficiency"], summary)
         result["run"] = args.run
     result["formulas"] = list(FORMULAS)
     print(format_report(result))

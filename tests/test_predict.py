@@ -1,0 +1,218 @@
+"""harness.predict: the formulas by hand, DDP's bucket layout against a real DDP, the CLI's mistakes, end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from harness.bucket_layout import Bucket, ddp_bucket_layout, layout_from_summary, model_bucket_layout
+from harness.predict import Network, busbw_from_beta, network_from_sweep, overlap_timeline, predict, wire_bytes
+from harness.sweep_output import load_fits
+from models import get_model_spec
+
+REPO = Path(__file__).resolve().parent.parent
+PROG = "python -m harness.predict"
+
+
+def write_sweep(path: Path, world_size: int, alpha_us: float, beta_gbps: float, collective: str = "all_reduce"):
+    fit = {"record": "fit", "collective": collective, "placement": "in_place", "mode": "throughput",
+           "cuda_graph": False, "dtype": "float32", "world_size": world_size, "nodes": 1, "backend": "gloo",
+           "alpha_us": alpha_us, "beta_gbps": beta_gbps, "max_rel_error": 0.01}  # fmt: skip
+    path.write_text(json.dumps({"record": "header"}) + "\n" + json.dumps(fit) + "\n")
+    return str(path)
+
+
+# ---- formulas ---------------------------------------------------------------------------------------------
+
+
+def test_busbw_from_beta_is_the_ring_factor():
+    assert busbw_from_beta(1.0, 2) == pytest.approx(1.0)
+    assert busbw_from_beta(1.0, 4) == pytest.approx(1.5)
+    assert busbw_from_beta(3.0, 64) == pytest.approx(3.0 * 2 * 63 / 64)
+    assert busbw_from_beta(3.0, 1) == 0.0  # one rank: no link, busbw 0 by definition
+
+
+def test_prediction_at_the_sweeps_world_size_is_the_fit_itself(tmp_path):
+    path = write_sweep(tmp_path / "s.jsonl", world_size=4, alpha_us=50.0, beta_gbps=2.0)
+    net = network_from_sweep(path)
+    fit = load_fits(path)["all_reduce"]
+    assert net.busbw_gbps == pytest.approx(3.0)  # 2 × 2·3/4
+    for size in (1024, 10**6, 10**8):
+        assert net.all_reduce_us(size, 4) == pytest.approx(fit.predict_time_us(size))
+
+
+def test_other_world_sizes_keep_bus_bandwidth_and_scale_alpha_as_asked():
+    size = 10**8
+    constant = Network(alpha_us=100.0, busbw_gbps=10.0, ref_world_size=2)
+    ring = Network(alpha_us=100.0, busbw_gbps=10.0, ref_world_size=2, alpha_scaling="ring")
+    # t = α(n) + S × 2(n−1)/n / B_bus; S / B_bus = 1e8 B / 10 GB/s = 10,000 µs
+    assert constant.all_reduce_us(size, 2) == pytest.approx(100 + 10_000)
+    assert constant.all_reduce_us(size, 64) == pytest.approx(100 + 10_000 * 2 * 63 / 64)
+    assert ring.all_reduce_us(size, 4) == pytest.approx(300 + 10_000 * 1.5)
+    assert ring.all_reduce_us(size, 64) == pytest.approx(6300 + 10_000 * 2 * 63 / 64)
+    assert constant.all_reduce_us(size, 1) == pytest.approx(100)  # nothing travels: α alone
+
+
+def test_compressed_hooks_halve_the_bytes_of_fp32_gradients():
+    bucket = Bucket(index=0, numel=1000, grad_itemsize=4, num_params=1, first_param="w", last_param="w")
+    assert wire_bytes(bucket, "allreduce") == 4000
+    assert wire_bytes(bucket, "fp16") == wire_bytes(bucket, "bf16") == 2000
+    net = Network(alpha_us=0.0, busbw_gbps=1.0, ref_world_size=2)
+    full = predict([bucket], net, 2, "allreduce")["totals"]["comm_ms"]
+    half = predict([bucket], net, 2, "fp16")["totals"]["comm_ms"]
+    assert half == pytest.approx(full / 2)
+
+
+def test_overlap_timeline_by_hand():
+    # C = 3 ms, backward 2/3: forward ends at 1, backward at 3. Equal sizes: ready at 2 and 3.
+    ready, ends, exposed = overlap_timeline([1.0, 1.0], [1, 1], compute_ms=3.0, backward_share=2 / 3)
+    assert ready == pytest.approx([2.0, 3.0])
+    assert ends == pytest.approx([3.0, 4.0])
+    assert exposed == pytest.approx(1.0)
+    # A slow first bucket delays the second: it starts at 2 + 5 = 7, ends at 8.
+    _, ends, exposed = overlap_timeline([5.0, 1.0], [1, 1], compute_ms=3.0, backward_share=2 / 3)
+    assert ends == pytest.approx([7.0, 8.0])
+    assert exposed == pytest.approx(5.0)
+    # Communication far shorter than backward: only the last bucket's time is exposed.
+    _, _, exposed = overlap_timeline([0.1, 0.1, 0.1], [1, 1, 1], compute_ms=30.0, backward_share=2 / 3)
+    assert exposed == pytest.approx(0.1)
+
+
+def test_step_prediction_adds_exposed_and_other_time():
+    buckets = [Bucket(i, 250_000, 4, 1, f"p{i}", f"p{i}") for i in range(2)]  # 1 MB each
+    net = Network(alpha_us=1000.0, busbw_gbps=1.0, ref_world_size=2)  # 1 ms + 1 ms per bucket at n = 2
+    result = predict(buckets, net, 2, compute_ms=3.0, other_ms=0.5)
+    t = result["totals"]
+    assert [b["predicted_ms"] for b in result["buckets"]] == pytest.approx([2.0, 2.0])
+    assert t["comm_ms"] == pytest.approx(4.0)
+    # ready at 2 and 3 ms; ends at 4 and 6; backward ends at 3: exposed 3, step 3 + 3 + 0.5
+    assert t["exposed_ms"] == pytest.approx(3.0)
+    assert t["step_ms"] == pytest.approx(6.5)
+    assert t["exposed_share_of_step"] == pytest.approx(3.0 / 6.5)
+
+
+# ---- bucket layout -----------------------------------------------------------------------------------------
+
+
+def test_resnet50_layout_matches_what_ddp_rebuilt():
+    # Seen from DDP on torch 2.14 (1 gloo rank, 3 steps): rebuilt_bucket_sizes of resnet50 at the default cap.
+    sizes = [b.numel * b.grad_itemsize for b in model_bucket_layout("resnet50")]
+    assert sizes == [8196000, 31502336, 26255360, 26550272, 9724160]
+
+
+@pytest.mark.parametrize(("model_name", "cap_mb"), [("resnet_tiny", None), ("gpt_tiny", 0.05), ("vit_tiny", 0.02)])
+def test_layout_matches_a_real_ddp(tmp_path, model_name, cap_mb):
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        spec = get_model_spec(model_name)
+        torch.manual_seed(0)
+        model = spec.build()
+        predicted = [b.numel * b.grad_itemsize for b in ddp_bucket_layout(model, cap_mb)]
+        ddp = DistributedDataParallel(model, **({} if cap_mb is None else {"bucket_cap_mb": cap_mb}))
+        for seed in range(3):  # step 0 records the ready order, step 1 rebuilds, step 2 logs the rebuilt sizes
+            spec.loss(ddp, spec.make_batch(2, "cpu", seed)).backward()
+        data = ddp._get_ddp_logging_data()
+        assert data["has_rebuilt_buckets"] == 1
+        assert predicted == [int(s) for s in data["rebuilt_bucket_sizes"].split(",")]
+        assert len(predicted) > 1
+    finally:
+        dist.destroy_process_group()
+
+
+def test_layout_from_summary_keeps_the_measured_elements():
+    summary = {
+        "settings": {"comm_hook": "fp16"},
+        "buckets": [
+            {"index": 1, "numel": 10, "bytes": 20, "num_params": 2, "first_param": "a", "last_param": "b"},
+            {"index": 0, "numel": 6, "bytes": 12, "num_params": 1, "first_param": "c", "last_param": "c"},
+        ],
+    }
+    buckets = layout_from_summary(summary)
+    assert [(b.index, b.numel, b.grad_itemsize) for b in buckets] == [(0, 6, 4), (1, 10, 4)]
+    assert [wire_bytes(b, "fp16") for b in buckets] == [12, 20]
+
+
+# ---- command line ------------------------------------------------------------------------------------------
+
+
+def run_predict(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "harness.predict", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def _mistakes(tmp_path: Path) -> list[tuple[list[str], str]]:
+    no_fit = write_sweep(tmp_path / "gather.jsonl", 2, 10.0, 1.0, collective="all_gather")
+    one_rank = write_sweep(tmp_path / "one.jsonl", 1, 10.0, 1.0)
+    good = write_sweep(tmp_path / "good.jsonl", 2, 10.0, 1.0)
+    (tmp_path / "junk.jsonl").write_text("not json\n")
+    return [
+        (["--sweep", str(tmp_path / "missing.jsonl"), "--model", "resnet50"], "is not a file"),
+        (["--sweep", no_fit, "--model", "resnet50"], "no all_reduce fit"),
+        (["--sweep", one_rank, "--model", "resnet50"], "1 rank"),
+        (["--sweep", str(tmp_path / "junk.jsonl"), "--model", "resnet50"], "not a raw_sweep"),
+        (["--sweep", good, "--model", "resnet5O"], "unknown model"),
+        (["--sweep", good, "--model", "resnet50", "--world-size", "0"], "--world-size"),
+        (["--model", "resnet50", "--world-size", "64"], "--sweep PATH, or both"),
+        (["--model", "resnet50", "--alpha-us", "5"], "--sweep PATH, or both"),
+        (["--alpha-us", "5", "--busbw-gbps", "50", "--world-size", "8"], "--model NAME"),
+        (["--alpha-us", "5", "--busbw-gbps", "0", "--model", "resnet50"], "--busbw-gbps"),
+        (["--sweep", good, "--run", str(tmp_path)], "no summary.json"),
+    ]
+
+
+def test_cli_mistakes_are_one_line_and_exit_2(tmp_path):
+    for args, message in _mistakes(tmp_path):
+        proc = run_predict(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith(f"{PROG}: error:") and message in proc.stderr, (args, proc.stderr)
+
+
+def test_cli_predicts_64_ranks_on_a_400_gbit_fabric(tmp_path):
+    out = tmp_path / "p.json"
+    proc = run_predict("--model", "resnet50", "--world-size", "64", "--alpha-us", "30", "--busbw-gbps", "50",
+                       "--compute-ms", "100", "--comm-hook", "bf16", "--json", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Formulas:" in proc.stdout and "t_i = α(n) + S_i × 2(n−1)/n / B_bus" in proc.stdout
+    result = json.loads(out.read_text())
+    assert result["totals"]["bytes_per_step"] == 2 * 25_557_032  # bf16: 2 bytes for each resnet50 parameter
+    expected = sum(0.030 + b["bytes"] * 2 * 63 / 64 / 50e9 * 1e3 for b in result["buckets"])
+    assert result["totals"]["comm_ms"] == pytest.approx(expected)
+    assert 0 < result["totals"]["exposed_ms"] < result["totals"]["comm_ms"]
+
+
+@pytest.mark.slow
+def test_end_to_end_sweep_run_and_efficiency(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE"))}
+    env.update(GLOO_SOCKET_IFNAME="lo", PYTHONPATH=str(REPO))
+    sweep = tmp_path / "sweep.jsonl"
+    for cmd in (
+        ["-m", "harness.raw_sweep", "--nproc", "2", "-b", "64K", "-e", "8M", "-f", "4", "--json", str(sweep)],
+        ["train.py", "--model", "resnet_tiny", "--max-steps", "5", "--logdir", str(tmp_path / "runs")],
+    ):
+        proc = subprocess.run([sys.executable, *cmd], cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    (summary,) = (tmp_path / "runs").glob("*/*/summary.json")
+    out = tmp_path / "predict.json"
+    proc = run_predict("--sweep", str(sweep), "--run", str(summary.parent), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "network efficiency (measured/predicted comm per step)" in proc.stdout
+    result = json.loads(out.read_text())
+    measured = json.loads(summary.read_text())
+    assert result["world_size"] == 2 and len(result["buckets"]) == len(measured["buckets"])
+    assert result["totals"]["bytes_per_step"] == measured["totals"]["bytes_per_step"]
+    ratio = result["totals"]["comm_measured_over_predicted"]
+    assert ratio == pytest.approx(measured["totals"]["comm_ms_p50"] / result["totals"]["comm_ms"])
+    assert math.isfinite(ratio) and ratio > 0
