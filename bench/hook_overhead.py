@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from bench.ab import interleave, summarize, time_block
 from harness.comm_hook import make_hook_state, register_timed_hook
+from harness.dist_env import NCCL_TIMING_ENV
 from harness.local_launch import spawn_local
 from harness.run_info import run_info
 from harness.step_stats import step_stats
@@ -98,6 +99,7 @@ def worker(args: argparse.Namespace) -> None:
             "image_size": args.image_size,
             "world_size": dist.get_world_size(),
             "steps_per_block": args.steps_per_block,
+            "nccl_timing": args.nccl_timing,
             **summarize(samples, "plain"),
             "run_info": run_info(),
         }
@@ -119,7 +121,15 @@ def main() -> None:
     parser.add_argument("--steps-per-block", type=int, default=10)
     parser.add_argument("--blocks", type=int, default=30)
     parser.add_argument("--out", help="append the result as a JSON line to this file")
+    parser.add_argument(
+        "--nccl-timing",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="TORCH_NCCL_ENABLE_TIMING=1, as train.py sets it (applies to every variant: it is per process group)",
+    )
     args = parser.parse_args()
+    if args.nccl_timing:
+        os.environ.update(NCCL_TIMING_ENV)
     nproc = args.nproc or (1 if args.device == "cuda" else 2)
     backend = "nccl" if args.device == "cuda" else "gloo"
     raise SystemExit(spawn_local(worker, nproc, (args,), backend=backend))

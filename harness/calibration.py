@@ -1,65 +1,49 @@
-"""The compute-only step: forward + backward of the training batch with no gradient communication.
+"""The compute-only step, measured inside the training loop: a few steps with communication skipped.
 
-Run on every rank before training, under DDP's `no_sync()`, with the gradients thrown away afterwards
-so replicas never diverge. Its median is what a step would cost if communication were free; the
-difference to a real step's forward + backward is the exposed communication (step_stats.exposure).
+Right after the warm-up steps, `steps` optimizer steps run the very same code path (Lightning, DDP, the
+timed hook) except that the hook skips the collective and each rank keeps its own gradients. Those
+gradients are zeroed before the optimizer step, so every rank applies the same update (momentum and
+weight decay act on state that was synchronised) and replicas never diverge; the calibration steps make
+no progress on the loss. The median of their forward + backward time is what a step would cost if
+communication were free; a real step's excess over it is the exposed communication (step_stats.exposure).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import time
-from collections.abc import Callable
+from collections.abc import Iterable
 
 import torch
 
 from harness.metrics import percentile
-
-# The first calibration steps pay for cuDNN autotuning and allocator growth; they are run, not timed.
-CALIBRATION_WARMUP_STEPS = 1
+from harness.step_stats import WARMUP_STEPS
 
 
-def measure_compute_only_ms(
-    ddp_model: torch.nn.parallel.DistributedDataParallel,
-    forward_backward: Callable[[], None],
-    steps: int,
-    use_cuda: bool,
-) -> tuple[float, list[float]]:
-    """Median ms of `steps` timed calls of `forward_backward` under `no_sync()` (after warm-up calls).
+class Calibration:
+    """Which steps calibrate, and the compute-only time their forward + backward gives."""
 
-    Returns (median, every timed sample). Gradients are set to None after each call. `steps` = 0 skips it.
-    """
-    if steps <= 0:
-        return math.nan, []
-    samples: list[float] = []
-    with ddp_model.no_sync():
-        for i in range(CALIBRATION_WARMUP_STEPS + steps):
-            start, end = _stamp(use_cuda), None
-            forward_backward()
-            end = _stamp(use_cuda)
-            if i >= CALIBRATION_WARMUP_STEPS:
-                samples.append(_elapsed_ms(start, end, use_cuda))
-            ddp_model.zero_grad(set_to_none=True)
-    return percentile(samples, 50), samples
+    def __init__(self, steps: int, first_step: int = WARMUP_STEPS) -> None:
+        self.first_step = first_step
+        self.steps = steps
+        self.samples_ms: list[float] = []
 
+    def is_calibration_step(self, step: int) -> bool:
+        return self.first_step <= step < self.first_step + self.steps
 
-def _stamp(use_cuda: bool) -> float | torch.cuda.Event:
-    if use_cuda:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-    return time.perf_counter()
+    def add(self, fwd_bwd_ms: float | None) -> None:
+        if fwd_bwd_ms is not None and math.isfinite(fwd_bwd_ms):
+            self.samples_ms.append(fwd_bwd_ms)
+
+    @property
+    def compute_only_ms(self) -> float:
+        """Median forward + backward without communication; NaN until every calibration step is in."""
+        if self.steps == 0 or len(self.samples_ms) < self.steps:
+            return math.nan
+        return percentile(self.samples_ms, 50)
 
 
-def _elapsed_ms(start: float | torch.cuda.Event, end: float | torch.cuda.Event, use_cuda: bool) -> float:
-    if use_cuda:
-        end.synchronize()
-        return start.elapsed_time(end)
-    return (end - start) * 1e3
-
-
-def autocast_context(precision_plugin: object) -> contextlib.AbstractContextManager:
-    """The autocast a Lightning precision plugin applies around training_step (none for 32-true)."""
-    forward_context = getattr(precision_plugin, "forward_context", None)
-    return forward_context() if forward_context is not None else contextlib.nullcontext()
+def zero_gradients(parameters: Iterable[torch.nn.Parameter]) -> None:
+    """Zero the unsynchronised gradients of a calibration step before the optimizer sees them."""
+    for p in parameters:
+        if p.grad is not None:
+            p.grad.zero_()

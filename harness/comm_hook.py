@@ -110,6 +110,11 @@ class TimedHookState:
     hook_name: str
     use_cuda: bool
     step: int = -1
+    # Calibration steps (calibration.py): every hook passes its bucket through untouched, as noop does.
+    skip_communication: bool = False
+    # Whether the backend reports execution times; learnt on the first try, since asking a backend that
+    # does not (gloo, NCCL without TORCH_NCCL_ENABLE_TIMING) raises a C++ exception, costly every bucket.
+    exec_timing: bool = True
     powersgd_rank: int = 1
     # PowerSGD: one state per bucket, and on gloo one process group per bucket (see make_hook_state).
     powersgd_groups: list[dist.ProcessGroup] = field(default_factory=list)
@@ -252,8 +257,16 @@ class TimedHookState:
             dtype=record.dtype,
             ready_ms=ready_ms,
             done_ms=done_ms,
-            exec_ms=_work_duration_ms(record.work),
+            exec_ms=self._exec_ms(record.work),
         )
+
+    def _exec_ms(self, work: dist.Work | None) -> float | None:
+        if not self.exec_timing or work is None:
+            return None
+        duration = _work_duration_ms(work)
+        if duration is None:
+            self.exec_timing = False
+        return duration
 
 
 def _work_duration_ms(work: dist.Work | None) -> float | None:
@@ -282,6 +295,8 @@ def _group(state: TimedHookState) -> dist.ProcessGroup:
 
 def timed_allreduce_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """torch's `allreduce_hook`, timed: pre-divide by world size, then sum, exactly as DDP's default."""
+    if state.skip_communication:
+        return timed_noop_hook(state, bucket)
     group = _group(state)
     tensor = bucket.buffer()
     record = state._new_record(bucket, tensor, tensor.numel() * tensor.element_size(), tensor.dtype)
@@ -300,6 +315,8 @@ def _timed_compress_hook(
     state: TimedHookState, bucket: dist.GradBucket, dtype: torch.dtype
 ) -> torch.futures.Future[torch.Tensor]:
     """torch's `fp16_compress_hook` / `bf16_compress_hook`, timed; the bytes counted are the compressed ones."""
+    if state.skip_communication:
+        return timed_noop_hook(state, bucket)
     group = _group(state)
     buffer = bucket.buffer()
     record = state._new_record(bucket, buffer, buffer.numel() * dtype.itemsize, dtype)
@@ -331,6 +348,8 @@ def timed_powersgd_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch
     own count of elements after compression, which it advances by exactly what it sends (or the whole
     bucket before compression starts).
     """
+    if state.skip_communication:
+        return timed_noop_hook(state, bucket)
     ps_state = state.powersgd_state_for(bucket.index())
     buffer = bucket.buffer()
     before_compression = ps_state.iter < ps_state.start_powerSGD_iter

@@ -12,7 +12,6 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from harness.calibration import autocast_context
 from harness.train_config import TrainConfig
 from models import ModelSpec
 
@@ -64,21 +63,6 @@ class CommBenchModule(pl.LightningModule):
         if self.cfg.channels_last and self._synthetic is None:
             data = (data[0].contiguous(memory_format=torch.channels_last), data[1])
         return self.spec.loss(self.model, data)
-
-    def forward_backward_without_sync(self) -> None:
-        """One step's forward and backward (every micro-batch) on the synthetic batch, for calibration.
-
-        Called by the timing callback under DDP's no_sync(), with Lightning's autocast, and its gradients
-        discarded. Real data is not read: the compute of a batch depends on its shape, not its values.
-        """
-        if self._synthetic is None:
-            self._synthetic = self._make_synthetic()
-        with autocast_context(self.trainer.precision_plugin):
-            for _ in range(self.cfg.accumulate_grad_batches):
-                loss = self.spec.loss(self.model, self._synthetic) / self.cfg.accumulate_grad_batches
-                loss.backward()
-        if self.cfg.data_dir is not None:
-            self._synthetic = None
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=SGD_LR, momentum=SGD_MOMENTUM)

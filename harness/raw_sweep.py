@@ -56,8 +56,9 @@ from harness.dist_env import default_backend, detect
 from harness.errors import UsageError, run_cli
 from harness.local_launch import spawn_local
 from harness.sizes import parse_size, parse_size_list, size_range
-from harness.sweep_engine import PROG, Plan, run_rank, run_sweep, sweep_worker
+from harness.sweep_engine import PROG, Plan, run_sweep
 from harness.sweep_output import Fit, load_fits
+from harness.sweep_rank import run_rank, sweep_worker
 
 __all__ = ["Fit", "Plan", "load_fits", "main", "run_sweep"]
 

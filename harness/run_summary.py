@@ -58,6 +58,7 @@ def build_summary(
     totals = {
         "steps_measured": aggregate.steps_measured,
         "warmup_steps": min(WARMUP_STEPS, aggregate.steps_logged),
+        "calibration_steps": len(calibration_samples_ms or []),
         "bytes_per_step": aggregate.step_bytes,
         "step_ms_p50": step_p50,
         "step_ms_p90": aggregate.step_ms.percentile(90),
@@ -127,7 +128,8 @@ def format_table(summary: dict[str, Any]) -> str:
     )
     lines = [
         f"# Gradient communication: {summary['world_size']} ranks, {summary['backend']}, "
-        f"{t['steps_measured']} steps measured after {t['warmup_steps']} warm-up",
+        f"{t['steps_measured']} steps measured after {t['warmup_steps']} warm-up and "
+        f"{t['calibration_steps']} calibration",
         header,
     ]
     for b in summary["buckets"]:

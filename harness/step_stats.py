@@ -40,6 +40,7 @@ class StepStats:
     fwd_bwd_ms: float = math.nan  # step start to the end of backward, DDP having waited for every bucket
     exposed_ms: float = math.nan  # fwd_bwd_ms − the compute-only forward + backward (calibrated)
     overlap_pct: float = math.nan  # share of the busy communication time hidden behind compute
+    calibration: bool = False  # a compute-only step: communication skipped, kept out of summaries
 
     @property
     def warmup(self) -> bool:
@@ -78,7 +79,11 @@ def exposure(fwd_bwd_ms: float, compute_only_ms: float, comm_ms: float) -> tuple
 
 
 def step_stats(
-    resolved: ResolvedStep, samples_per_step: float, world_size: int, compute_only_ms: float = math.nan
+    resolved: ResolvedStep,
+    samples_per_step: float,
+    world_size: int,
+    compute_only_ms: float = math.nan,
+    calibration: bool = False,
 ) -> StepStats:
     """Combine one step's resolved times. `samples_per_step` counts every rank's samples (global batch);
     `compute_only_ms` is the calibrated forward + backward without communication (NaN if not measured)."""
@@ -89,7 +94,8 @@ def step_stats(
     comm_s = comm_ms / 1e3
     tail_ms = max(t.done_ms for t in timings) - max(t.ready_ms for t in timings) if timings else 0.0
     samples_per_s = samples_per_step / (step_ms / 1e3) if step_ms > 0 else math.nan
-    exposed_ms, overlap_pct = exposure(fwd_bwd_ms, compute_only_ms, comm_ms)
+    # A calibration step is itself the compute-only reference: no exposure of its own.
+    exposed_ms, overlap_pct = exposure(fwd_bwd_ms, math.nan if calibration else compute_only_ms, comm_ms)
     return StepStats(
         step=step,
         step_ms=step_ms,
@@ -105,6 +111,7 @@ def step_stats(
         fwd_bwd_ms=fwd_bwd_ms,
         exposed_ms=exposed_ms,
         overlap_pct=overlap_pct,
+        calibration=calibration,
     )
 
 
@@ -166,7 +173,7 @@ class RunAggregate:
 
     def add(self, stats: StepStats, timings: Sequence[BucketTiming], layout: dict[int, BucketLayout]) -> None:
         self.steps_logged += 1
-        if stats.warmup:
+        if stats.warmup or stats.calibration:
             return
         self.steps_measured += 1
         self.step_ms.add(stats.step_ms)

@@ -1,8 +1,9 @@
-"""The raw sweep's engine: one timing loop for every collective, and one rank's life from rendezvous to teardown.
+"""The raw sweep's engine: one timing loop for every collective, rows measured alike on every rank.
 
 Every rank runs the same rows in the same order; anything that decides whether a row runs (a call that
 fails, memory that is short) is agreed across ranks first, so no rank waits in a collective the others
-skipped. The command line is harness.raw_sweep; the collectives' definitions are harness.collectives.
+skipped. The command line is harness.raw_sweep, one rank's life (process group, signals, failures) is
+harness.sweep_rank, the collectives' definitions are harness.collectives.
 
 Timing methods, named in each row's `timing` field:
     run            throughput: calls back to back between two clock reads (CUDA events or perf_counter),
@@ -15,16 +16,15 @@ Timing methods, named in each row's `timing` field:
     replay         latency with --cuda-graph where events cannot be captured: each call a one-call graph
                    replayed alone, events around the replay (holds the graph launch, as `call` does).
 
-Failures. --timeout bounds the rendezvous and every collective (the backend's own timeout), and every wait
-for the GPU (here). A rank that fails prints one line naming the collective, size, placement, mode, phase
-and step, and exits with EXIT_FAILED; SIGINT and SIGTERM stop the sweep and exit 128 + the signal. Rows
-already measured stay in the outputs either way (they are flushed row by row), and the JSON Lines end with
-an `end` record saying how the sweep ended.
+Memory: before allocating a row's buffers each rank compares what the row needs with what is available
+(GPU: free plus the allocator's unused reserve; CPU: MemAvailable shared by the host's ranks), and an
+allocation that fails anyway is caught; either way the row is skipped with the reason, on every rank,
+and the sweep goes on. Every wait for the GPU is bounded by --timeout (NCCL's watchdog does not watch
+graph replays). Whatever ends the sweep, rank 0's outputs keep every row measured so far.
 """
 
 from __future__ import annotations
 
-import datetime
 import math
 import os
 import platform
@@ -52,16 +52,13 @@ from harness.collectives import (
     nccl_tests_type_name,
     skip_reason,
 )
-from harness.dist_env import apply_safe_nccl_env, detect
-from harness.local_launch import init_method
+from harness.dist_env import detect
 from harness.metrics import algbw_gbps, busbw_factor, busbw_gbps, percentile
 from harness.run_info import run_info
 from harness.sweep_output import NullOutput, SweepOutput
 
 PROG = "python -m harness.raw_sweep"
 MAX_ITERS = 1_000_000  # the adaptive count stops here even for the fastest call
-EXIT_WRONG = 1  # the check found wrong elements
-EXIT_FAILED = 3  # the sweep was cut short: a collective failed or timed out, or a peer died
 GIB = 1024**3
 # Inputs and checks work in int64 chunks of CHUNK elements; about this many int64 temporaries live at once.
 CHECK_SCRATCH_INT64 = 6
@@ -153,37 +150,10 @@ class GpuWaitTimeout(RuntimeError):
     """The GPU did not finish within --timeout: a peer is dead or stuck (NCCL does not watch graph replays)."""
 
 
-class _Signals:
-    """SIGINT/SIGTERM: while armed, the first raises Interrupted in the main thread; otherwise (and after the
-    first) they are only remembered, so the cleanup they would interrupt (reporting, flushing, destroying
-    the process group) still runs."""
-
-    def __init__(self):
-        self.received: int | None = None
-        self.armed = False
-        self.previous = {}
-
-    def install(self) -> _Signals:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self.previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.received is None:
-            self.received = signum
-            if self.armed:
-                self.armed = False
-                raise Interrupted(signum)
-
-    def restore(self) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-
-
 _SOURCE_PREFIX = re.compile(r"^\[[^\]]*\.(?:cc|cpp|h|hpp)(?::\d+)?\]\s*")  # gloo's "[.../pair.cc:545] "
 
 
-def _first_line(err: BaseException, limit: int = 300) -> str:
+def first_line(err: BaseException, limit: int = 300) -> str:
     text = _SOURCE_PREFIX.sub("", (str(err).strip().splitlines() or [""])[0])
     return f"{type(err).__name__}: {text[:limit]}"
 
@@ -348,7 +318,7 @@ def _first_call(call: Callable[[], None], device: torch.device, timeout_s: float
         call()
         _sync(device, timeout_s)
     except (RuntimeError, ValueError, NotImplementedError) as err:
-        error = _first_line(err, 200)
+        error = first_line(err, 200)
     return _agreed_problem(error, device)
 
 
@@ -512,22 +482,24 @@ def _latency(call, graph: bool, plan: Plan, device: torch.device, where: Where) 
     }
 
 
-def _check(name: str, bufs, lay, args: CallArgs, times: int, device, timeout_s: float) -> tuple[int | None, str]:
+def _check(name: str, bufs, lay, args: CallArgs, times: int, device, timeout_s: float, where: Where):
     """Wrong elements over all ranks in `times` checked calls on fresh inputs (None: not checked), and why
     not where a rank could not check (its scratch memory failed)."""
     if times == 0:
         return None, ""
     wrong, failed = 0, 0
-    try:
-        for _ in range(times):
+    for i in range(times):
+        try:
             fill_input(name, bufs, args)
             COLLECTIVES[name].run(bufs, args)
             _sync(device, timeout_s)
             wrong += count_wrong(name, bufs, lay, args)
-    except (MemoryError, RuntimeError) as err:
-        if not is_out_of_memory(err):
-            raise
-        failed = 1
+        except (MemoryError, RuntimeError) as err:
+            if not is_out_of_memory(err):
+                where.at(i, times)
+                raise
+            failed = 1
+            break
     total = torch.tensor([wrong, failed], dtype=torch.int64, device=device)
     dist.all_reduce(total)
     if total[1].item():
@@ -577,7 +549,7 @@ def measure_row(plan: Plan, name: str, size: int, placement: str, mode: str, gra
             bufs = make_buffers(name, lay, placement, rank, dtype, device)
             fill_input(name, bufs, args)
         except (MemoryError, RuntimeError) as err:  # no collective runs here: any error is the allocation's
-            bufs, problem = None, f"{MEMORY_SKIP}allocation failed: {_first_line(err, 200)}"
+            bufs, problem = None, f"{MEMORY_SKIP}allocation failed: {first_line(err, 200)}"
     reason = _agreed_problem(problem, device)
     if reason:
         _release_memory(device)
@@ -595,7 +567,7 @@ def measure_row(plan: Plan, name: str, size: int, placement: str, mode: str, gra
     _sync(device, plan.timeout_s)
     row |= (_throughput if mode == "throughput" else _latency)(call, graph, plan, device, where)
     where.enter("check")
-    row["wrong"], why_not = _check(name, bufs, lay, args, plan.check, device, plan.timeout_s)
+    row["wrong"], why_not = _check(name, bufs, lay, args, plan.check, device, plan.timeout_s, where)
     if why_not:
         row["note"] = "; ".join(filter(None, (row["note"], why_not)))
     seconds = row["time_us"] / 1e6
@@ -704,7 +676,7 @@ def run_sweep(plan: Plan, device: torch.device | None = None, where: Where | Non
         end = {"status": "interrupted", "reason": signal.Signals(stop.signum).name, "at": str(where)}
         raise
     except BaseException as err:
-        end = {"status": "failed", "reason": _first_line(err), "at": str(where)}
+        end = {"status": "failed", "reason": first_line(err), "at": str(where)}
         raise
     finally:
         out.close(end)
@@ -713,80 +685,3 @@ def run_sweep(plan: Plan, device: torch.device | None = None, where: Where | Non
         print(f"{PROG}: warning: {len(memory_skips)} rows skipped, from {first['size_bytes']} B: {first['skipped']}",
               file=sys.stderr)  # fmt: skip
     return wrong == 0
-
-
-# ---- one rank's life -----------------------------------------------------------------------------------
-
-
-def _record_for_torchrun(message: str) -> None:
-    """Under torchrun, leave the message in the error file its failure report reads."""
-    if os.environ.get("TORCHELASTIC_ERROR_FILE"):
-        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
-
-        try:
-            raise RuntimeError(message) from None
-        except RuntimeError as err:
-            err.__context__ = None  # the report shows this message, not the chain of the original error
-            ErrorHandler().record_exception(err)
-
-
-def run_rank(plan: Plan) -> int:
-    """One rank from rendezvous to teardown, under any launcher; returns its exit code.
-
-    The process group is created here with plan.timeout_s, which bounds the rendezvous and every collective.
-    0: nothing wrong; EXIT_WRONG: the check found wrong elements; EXIT_FAILED: something failed, a peer died
-    or timed out (one line on stderr names the collective, size, phase, step and rank); 128 + N: signal N.
-    """
-    signals = _Signals().install()
-    env = detect()
-    where = Where(phase="rendezvous")
-    device = torch.device("cuda", env.local_rank) if plan.backend == "nccl" else torch.device("cpu")
-    initialised, code, failure = False, EXIT_FAILED, None
-    signals.armed = True
-    try:
-        apply_safe_nccl_env()
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        dist.init_process_group(
-            plan.backend,
-            init_method=init_method(),
-            rank=env.rank,
-            world_size=env.world_size,
-            timeout=datetime.timedelta(seconds=plan.timeout_s),
-            device_id=device if device.type == "cuda" else None,
-        )
-        initialised = True
-        ok = run_sweep(plan, device, where)
-        signals.armed = False
-        code = 0 if ok else EXIT_WRONG
-    except Interrupted:
-        pass  # reported below, with the signal
-    except Exception as err:  # a collective failed or timed out, a peer died, the GPU never finished
-        failure = err
-    signals.armed = False
-    if failure is not None:  # reported even if a launcher's SIGTERM came meanwhile: it says more
-        code = EXIT_FAILED
-        message = f"rank {env.rank}: {where} failed: {_first_line(failure)}"
-        print(f"{PROG}: {message}", file=sys.stderr, flush=True)
-        _record_for_torchrun(message)
-        if isinstance(failure, GpuWaitTimeout):
-            # A kernel is stuck on the GPU: destroying the communicator would wait for it. Leave now.
-            sys.stdout.flush()
-            os._exit(EXIT_FAILED)
-    elif signals.received is not None:
-        code = 128 + signals.received
-        if env.rank == 0:
-            kept = f"; rows so far are in {plan.json_path}" if plan.json_path else ""
-            name = signal.Signals(signals.received).name
-            print(f"{PROG}: rank 0: interrupted by {name} during {where}{kept}", file=sys.stderr, flush=True)
-    if initialised:
-        dist.destroy_process_group()
-    signals.restore()
-    return code
-
-
-def sweep_worker(plan: Plan) -> None:
-    """spawn_local's worker (with init_process_group=False): run_rank, its code as the process's exit code."""
-    code = run_rank(plan)
-    if code:
-        raise SystemExit(code)

@@ -1,6 +1,6 @@
 """Lightning callback that attaches the timed hook, resolves each step's stamps, and logs them.
 
-Before training it measures the compute-only step (calibration.py). Per step, on rank 0: TensorBoard
+The first steps after warm-up measure the compute-only step (calibration.py). Per step, on rank 0: TensorBoard
 scalars under METRICS.md's names, a histogram of bucket times, and samples/s, comm ms and exposed ms in
 the progress bar. Every `gather_every` steps, every rank's times are gathered to log the skew across
 ranks. At the end: the per-bucket table and summary.json.
@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from harness import run_summary
-from harness.calibration import measure_compute_only_ms
+from harness.calibration import Calibration, zero_gradients
 from harness.comm_hook import BucketTiming, ResolvedStep, TimedHookState, make_hook_state, register_timed_hook
 from harness.metrics import busbw_gbps
 from harness.rank_gather import RankGatherer, RankSpread
@@ -50,15 +50,13 @@ class CommTimingCallback(pl.Callback):
         self.settings = settings
         self.powersgd_rank = powersgd_rank
         self.bucket_cap_mb = bucket_cap_mb
-        self.calibration_steps = calibration_steps
+        self.calibration = Calibration(calibration_steps)
         self.gather_every = gather_every  # 0: never
         self.state: TimedHookState | None = None
         self.aggregate: RunAggregate | None = None
         self.gatherer: RankGatherer | None = None
         self.last_stats: StepStats | None = None
         self.last_spread: RankSpread | None = None
-        self.compute_only_ms = math.nan
-        self.calibration_samples: list[float] = []
         self.world_size = 1
         # Wall time the harness itself adds to the run (reported in summary.json under "overhead_s").
         self.overhead_s = {"calibration": 0.0, "rank_gathers": 0.0}
@@ -85,21 +83,15 @@ class CommTimingCallback(pl.Callback):
         )
         register_timed_hook(ddp_model, self.state)
         self.aggregate = RunAggregate(world_size=self.world_size)
+        if 0 < trainer.max_steps <= self.calibration.first_step + self.calibration.steps:
+            if trainer.is_global_zero:
+                print(f"# {trainer.max_steps} steps leave none after warm-up and calibration: exposed time is off")
+            self.calibration = Calibration(0)
         if self.gather_every > 0:
             self.gatherer = RankGatherer(self.world_size)
         if trainer.is_global_zero and trainer.logger is not None:
             self._writer = trainer.logger.experiment
             run_summary.add_custom_scalar_layout(self._writer)
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        forward_backward = getattr(pl_module, "forward_backward_without_sync", None)
-        if self.calibration_steps > 0 and forward_backward is not None:
-            start = time.perf_counter()
-            self.compute_only_ms, self.calibration_samples = measure_compute_only_ms(
-                trainer.strategy.model, forward_backward, self.calibration_steps, self.state.use_cuda
-            )
-            self.overhead_s["calibration"] = time.perf_counter() - start
-            self.aggregate.compute_only_ms = self.compute_only_ms
 
     # -- per step -----------------------------------------------------------------------------------
 
@@ -109,12 +101,15 @@ class CommTimingCallback(pl.Callback):
             return  # a later micro-batch of the same optimizer step (gradient accumulation)
         self._current_step = step
         self.state.begin_step(step)
+        self.state.skip_communication = self.calibration.is_calibration_step(step)
         self._resolve_ready(upto=step - RESOLVE_LAG_STEPS)
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
         # Backward is over and DDP has waited for every bucket's collective: what lies between the step's
         # start and here, beyond the compute-only time, is exposed communication.
         self.state.mark_backward_end()
+        if self.state.skip_communication:
+            zero_gradients(pl_module.parameters())
 
     def _resolve_ready(self, upto: int, gather: bool = True) -> None:
         for step in self.state.pending_steps():
@@ -123,7 +118,14 @@ class CommTimingCallback(pl.Callback):
             self._finish_step(self.state.resolve_step(step, self.state.start_stamp(step + 1)), gather)
 
     def _finish_step(self, resolved: ResolvedStep, gather: bool = True) -> None:
-        stats = step_stats(resolved, self.samples_per_step, self.world_size, self.compute_only_ms)
+        calibrating = self.calibration.is_calibration_step(resolved.step)
+        if calibrating:
+            self.calibration.add(resolved.fwd_bwd_ms)
+            self.overhead_s["calibration"] += resolved.step_ms / 1e3
+            self.aggregate.compute_only_ms = self.calibration.compute_only_ms
+        stats = step_stats(
+            resolved, self.samples_per_step, self.world_size, self.calibration.compute_only_ms, calibrating
+        )
         self.aggregate.add(stats, resolved.timings, self.state.bucket_layout)
         self.last_stats = stats
         spread = None
@@ -172,7 +174,7 @@ class CommTimingCallback(pl.Callback):
             completed=completed,
             reason=reason,
             ddp_logging=_ddp_logging(trainer),
-            calibration_samples_ms=self.calibration_samples,
+            calibration_samples_ms=self.calibration.samples_ms,
             last_rank_spread=self.last_spread.__dict__ if self.last_spread else None,
             overhead_s={**self.overhead_s, "gathers": self.gathers},
         )
@@ -209,6 +211,7 @@ def _log_step(
         "step/samples_per_s": stats.samples_per_s,
         "step/samples_per_s_per_device": stats.samples_per_s_per_device,
         "step/warmup": float(stats.warmup),
+        "step/calibration": float(stats.calibration),
         "step/fwd_bwd_ms": stats.fwd_bwd_ms,
         "comm/bytes": stats.bytes,
         "comm/buckets": stats.buckets,

@@ -63,8 +63,8 @@ class TrainConfig:
     run_name: str | None = None
     timeout_s: float = 600.0
     """Bound on every collective and the rendezvous."""
-    calibration_steps: int = 6
-    """Compute-only steps (no communication) timed before training; 0 turns exposed time off."""
+    calibration_steps: int = 5
+    """Compute-only steps (communication skipped, gradients discarded) right after warm-up; 0: off."""
     gather_every: int = 50
     """Gather every rank's times every this many steps, to log the skew across ranks; 0: never."""
     launcher: str = "none"
@@ -218,6 +218,11 @@ def _check_writable(flag: str, path: str) -> None:
         raise UsageError(f"{flag} {path!r} is not writable")
 
 
+def _default(field_name: str) -> Any:
+    """The dataclass default, so the command line and TrainConfig can never disagree."""
+    return TrainConfig.__dataclass_fields__[field_name].default
+
+
 def build_parser() -> argparse.ArgumentParser:
     from models import MODEL_NAMES
 
@@ -227,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add = parser.add_argument
-    add("--model", default="resnet50", help=f"one of: {', '.join(MODEL_NAMES)}")
+    add("--model", default=_default("model"), help=f"one of: {', '.join(MODEL_NAMES)}")
     add(
         "--batch-size",
         type=int,
@@ -235,15 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--max-steps", type=int, help="optimizer steps (default: 20 on CPU, 200 on GPU)")
     add("--precision", help=f"one of: {', '.join(PRECISIONS)} (default: bf16-mixed on GPU, 32-true on CPU)")
-    add("--accelerator", default="auto", help=f"one of: {', '.join(ACCELERATORS)}")
+    add("--accelerator", default=_default("accelerator"), help=f"one of: {', '.join(ACCELERATORS)}")
     add("--devices", type=int, help="processes per node (default: from torchrun/SLURM, all GPUs, or 2 on CPU)")
     add("--num-nodes", type=int, help="nodes (default: from torchrun/SLURM, else 1)")
-    add("--accumulate-grad-batches", type=int, default=1)
+    add("--accumulate-grad-batches", type=int, default=_default("accumulate_grad_batches"))
     add("--bucket-cap-mb", type=float, help="DDP bucket cap in MiB (default: DDP's 25)")
     add("--gradient-as-bucket-view", action="store_true", help="let gradients alias DDP's bucket buffers")
     add("--static-graph", action="store_true", help="tell DDP the graph does not change between steps")
-    add("--comm-hook", default="allreduce", help=f"one of: {', '.join(HOOK_NAMES)}")
-    add("--powersgd-rank", type=int, default=1, help="PowerSGD's matrix approximation rank")
+    add("--comm-hook", default=_default("comm_hook"), help=f"one of: {', '.join(HOOK_NAMES)}")
+    add("--powersgd-rank", type=int, default=_default("powersgd_rank"), help="PowerSGD's matrix approximation rank")
     add("--image-size", type=int, help="image side for image models (default: the model's, 224 for torchvision)")
     add("--seq-len", type=int, help="sequence length for token models (default: the model's)")
     add("--data-dir", help="an ImageFolder of real images instead of synthetic ones")
@@ -253,17 +258,34 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="channels-last memory format for image models (default: on for GPU)",
     )
-    add("--seed", type=int, default=0, help="seed for weights; each rank's synthetic data uses seed + rank")
-    add("--logdir", default="runs", help="TensorBoard log root")
+    add(
+        "--seed",
+        type=int,
+        default=_default("seed"),
+        help="seed for weights; each rank's synthetic data uses seed + rank",
+    )
+    add("--logdir", default=_default("logdir"), help="TensorBoard log root")
     add("--run-name", help="run directory under --logdir (default: made from the settings)")
-    add("--timeout", dest="timeout_s", type=float, default=600.0, help="seconds bounding every collective")
+    add(
+        "--timeout",
+        dest="timeout_s",
+        type=float,
+        default=_default("timeout_s"),
+        help="seconds bounding every collective",
+    )
     add(
         "--calibration-steps",
         type=int,
-        default=6,
-        help="compute-only steps timed before training, for exposed communication (0: off)",
+        default=_default("calibration_steps"),
+        help="steps after warm-up that skip communication and discard gradients, to time the compute-only "
+        "step for exposed communication (0: off)",
     )
-    add("--gather-every", type=int, default=50, help="gather all ranks' times every N steps for skew (0: never)")
+    add(
+        "--gather-every",
+        type=int,
+        default=_default("gather_every"),
+        help="gather all ranks' times every N steps for skew (0: never)",
+    )
     return parser
 
 

@@ -7,13 +7,14 @@ import time
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from harness.calibration import measure_compute_only_ms
+from harness.calibration import Calibration, zero_gradients
 from harness.comm_hook import make_hook_state, register_timed_hook
 from harness.metrics import percentile
 from harness.step_stats import step_stats
 from tests.multiproc import run_workers
 
-STEPS = 9  # steps 0 and 1 are warm-up (one bucket, then DDP's rebuild)
+CALIBRATION_STEPS = 4
+STEPS = 2 + CALIBRATION_STEPS + 6  # warm-up (one bucket, then DDP's rebuild), calibration, measured
 
 
 class BigGradientNoCompute(torch.nn.Module):
@@ -70,46 +71,64 @@ class HeavyComputeSmallGradient(torch.nn.Module):
 
 
 def _exposure_worker(rank: int, world_size: int, case: str) -> dict:
-    torch.manual_seed(0)
+    torch.manual_seed(0)  # the same weights on every rank
+    inputs = torch.Generator().manual_seed(rank)  # different data on every rank
     if case == "no_compute":
-        model, x, cap_mb = BigGradientNoCompute(), torch.randn(8, 2048), 25.0
+        model, x, cap_mb = BigGradientNoCompute(), torch.randn(8, 2048, generator=inputs), 25.0
     else:
-        model, x, cap_mb = HeavyComputeSmallGradient(), torch.randn(64, WIDTH), 1.0
+        model, x, cap_mb = HeavyComputeSmallGradient(), torch.randn(64, WIDTH, generator=inputs), 1.0
     # Gradients as bucket views: no copies into and out of the bucket, which would count as exposed time.
     ddp = DDP(model, bucket_cap_mb=cap_mb, gradient_as_bucket_view=True)
     state = make_hook_state("allreduce", ddp.module, use_cuda=False)
     register_timed_hook(ddp, state)
-    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9, weight_decay=1e-4)
 
-    def forward_backward() -> None:
-        model(x).square().mean().backward()
-
-    compute_only_ms, _ = measure_compute_only_ms(ddp, forward_backward, 4, use_cuda=False)
+    # The same loop the training callback drives: calibration steps skip communication and zero their
+    # gradients before the optimizer step; later steps are measured against their compute-only time.
+    calibration = Calibration(CALIBRATION_STEPS)
     for step in range(STEPS):
         state.begin_step(step)
+        state.skip_communication = calibration.is_calibration_step(step)
         ddp(x).square().mean().backward()
         state.mark_backward_end()
+        if state.skip_communication:
+            zero_gradients(ddp.parameters())
         opt.step()
         opt.zero_grad(set_to_none=True)
     end = state.stamp_now()
-    stats = [
-        step_stats(
-            state.resolve_step(s, end if s == STEPS - 1 else state.start_stamp(s + 1)), 1, world_size, compute_only_ms
-        )
-        for s in range(STEPS)
-    ]
-    measured = [s for s in stats if not s.warmup]
+    stats = []
+    for s in range(STEPS):
+        resolved = state.resolve_step(s, end if s == STEPS - 1 else state.start_stamp(s + 1))
+        calibrating = calibration.is_calibration_step(s)
+        if calibrating:
+            calibration.add(resolved.fwd_bwd_ms)
+        stats.append(step_stats(resolved, 1, world_size, calibration.compute_only_ms, calibrating))
+    compute_only_ms = calibration.compute_only_ms
+    measured = [s for s in stats if not (s.warmup or s.calibration)]
+    calibration_bytes = [s.bytes for s in stats if s.calibration]
     return {
         "compute_only_ms": compute_only_ms,
         "comm_ms": percentile([s.comm_ms for s in measured], 50),
         "exposed_ms": percentile([s.exposed_ms for s in measured], 50),
         "overlap_pct": percentile([s.overlap_pct for s in measured], 50),
         "buckets": measured[-1].buckets,
+        "calibration_bytes": calibration_bytes,
+        "params_equal": _replicas_agree(ddp),
     }
+
+
+def _replicas_agree(ddp: DDP) -> bool:
+    """Calibration steps apply unsynchronised (zeroed) gradients: the replicas must still be identical."""
+    flat = torch.cat([p.detach().flatten() for p in ddp.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(gathered, flat)
+    return all(torch.equal(gathered[0], g) for g in gathered)
 
 
 def test_negligible_compute_exposes_all_communication(tmp_path):
     for res in run_workers(_exposure_worker, 2, tmp_path, "no_compute"):
+        assert res["calibration_bytes"] == [0] * CALIBRATION_STEPS, "calibration steps send nothing"
+        assert res["params_equal"], "replicas diverged"
         assert res["compute_only_ms"] < 0.5 * res["comm_ms"], res
         # All of the communication shows up in the step: exposed ≈ busy communication time. (The upper
         # bound is loose: on 2 cores the ranks' memory traffic also slows what comes before the bucket.)
@@ -119,6 +138,7 @@ def test_negligible_compute_exposes_all_communication(tmp_path):
 
 def test_heavy_compute_hides_small_gradients(tmp_path):
     for res in run_workers(_exposure_worker, 2, tmp_path, "heavy_compute"):
+        assert res["params_equal"], "replicas diverged"
         assert res["buckets"] >= 4, res
         assert res["compute_only_ms"] >= 5 * BACKWARD_SLEEP_S * 1e3
         assert res["comm_ms"] > 0
