@@ -20,8 +20,8 @@ from harness.errors import run_cli
 from harness.local_launch import spawn_local
 from harness.metrics import alpha_beta_time_us, fit_alpha_beta
 from harness.raw_sweep import PROG, build_parser, load_fits, main, make_plan
-from harness.sweep_engine import sweep_worker
 from harness.sweep_output import ROW_FIELDS, format_time
+from harness.sweep_rank import sweep_worker
 
 REPO = Path(__file__).resolve().parents[1]
 METRICS_FIELDS = ("collective", "size_bytes", "count", "dtype", "world_size", "placement", "time_us")
