@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from harness.bucket_layout import DEFAULT_BUCKET_CAP_MB
 from harness.metrics import algbw_gbps, busbw_gbps
 from harness.run_info import run_info
 from harness.step_stats import WARMUP_STEPS, RunAggregate
@@ -166,9 +167,12 @@ HPARAM_METRICS = {
 
 def log_hparams(logger: Any, summary: dict[str, Any]) -> None:
     """Settings and headline metrics in the run's own event file, so TensorBoard's HParams tab compares runs."""
+    settings = dict(summary["settings"])
+    if settings.get("bucket_cap_mb") is None:
+        # DDP's effective default, so the HParams column holds one type across runs.
+        settings["bucket_cap_mb"] = DEFAULT_BUCKET_CAP_MB
     params = {
-        key: (value if isinstance(value, int | float | str | bool) else str(value))
-        for key, value in summary["settings"].items()
+        key: (value if isinstance(value, int | float | str | bool) else str(value)) for key, value in settings.items()
     }
     params["world_size"] = summary["world_size"]
     params["backend"] = summary["backend"]
