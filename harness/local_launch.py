@@ -43,7 +43,7 @@ INIT_METHOD_ENV = "HARNESS_INIT_METHOD"  # where spawn_local's processes find th
 KILL_AFTER_TERM_S = 5.0  # after SIGTERM, how long a child has to clean up before SIGKILL
 # After a rank that exited by itself (it reported its failure), how long the others have to follow. Their
 # collectives fail at once when a peer's process is gone; one that is hung gets SIGTERM and says where it was.
-AFTER_EXIT_GRACE_S = 5.0
+AFTER_EXIT_GRACE_S = 3.0
 _PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its parent dies (Linux)
 
 
@@ -107,7 +107,7 @@ def spawn_local(
     With backend "nccl" each process uses GPU LOCAL_RANK. Returns 0 when every process succeeded; else,
     after a signal to this process, 128 + its number; else the exit code of the first process that failed:
     1 for an exception (its traceback goes to stderr), the code of a `SystemExit`, 128 + N for signal N.
-    Once one is killed by a signal the others get `grace_s` seconds to stop by themselves (5 s once one
+    Once one is killed by a signal the others get `grace_s` seconds to stop by themselves (3 s once one
     exits with an error of its own), then SIGTERM, then SIGKILL.
     """
     if nproc < 1:

@@ -318,8 +318,13 @@ def _first_call(call: Callable[[], None], device: torch.device, timeout_s: float
         call()
         _sync(device, timeout_s)
     except (RuntimeError, ValueError, NotImplementedError) as err:
-        error = first_line(err, 200)
-    return _agreed_problem(error, device)
+        error = err
+    try:
+        return _agreed_problem(first_line(error, 200) if error else None, device)
+    except Exception:
+        if error is not None:  # the peers are gone too: the call's own error (a timeout, a reset) is the cause
+            raise error from None
+        raise
 
 
 _external_events_work: bool | None = None
@@ -500,6 +505,7 @@ def _check(name: str, bufs, lay, args: CallArgs, times: int, device, timeout_s: 
                 raise
             failed = 1
             break
+    where.enter("check totals")
     total = torch.tensor([wrong, failed], dtype=torch.int64, device=device)
     dist.all_reduce(total)
     if total[1].item():

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from harness import collectives, sweep_engine, sweep_rank
 from harness.errors import run_cli
-from harness.local_launch import spawn_local
+from harness.local_launch import AFTER_EXIT_GRACE_S, KILL_AFTER_TERM_S, spawn_local
 from harness.raw_sweep import PROG, build_parser, main, make_plan
 from harness.sweep_engine import Where, memory_problem
 from harness.sweep_rank import sweep_worker
@@ -28,6 +28,7 @@ LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_
 TIMEOUT_S = 10  # the sweep's --timeout in these tests
 HUNG_TIMEOUT_S = 4  # where the test waits for the timeout itself
 SLACK_S = 15  # survivors must be gone within --timeout plus this
+STOP_HUNG_S = AFTER_EXIT_GRACE_S + KILL_AFTER_TERM_S  # the most the launcher then spends on a hung rank
 # Many small sizes, so the sweep is still running when a test strikes (2 x 129 rows of at least 20 calls).
 LONG_SWEEP = ["-b", "1K", "-e", "2K", "-i", "8", "--min-time-ms", "0"]
 
@@ -190,6 +191,7 @@ def _gone(pid: int) -> bool:
 
 
 ONE_SHOT_PHASES = ("setup", "allocation", "first call", "capture", "timed run", "timed calls", "gathering times")
+ONE_SHOT_PHASES += ("check totals",)
 LAUNCHERS = {
     "standalone": [sys.executable],
     "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
@@ -224,9 +226,15 @@ def test_a_killed_rank_stops_the_others_and_keeps_the_rows(launcher, tmp_path):
 def test_a_hung_rank_times_out(tmp_path):
     proc, jsonl, csv_path = _start(tmp_path, LAUNCHERS["standalone"], HUNG_TIMEOUT_S)
     header = _wait_for_rows(proc, jsonl, 3)
-    os.kill(header["ranks"][1]["pid"], signal.SIGSTOP)
-    code, err, took = _finish(proc, time.monotonic(), HUNG_TIMEOUT_S + SLACK_S)
-    assert code == sweep_rank.EXIT_FAILED and took < HUNG_TIMEOUT_S + SLACK_S, (code, took, err[-2000:])
+    survivor, hung = (rank["pid"] for rank in header["ranks"])
+    struck_at = time.monotonic()
+    os.kill(hung, signal.SIGSTOP)
+    while not _gone(survivor) and time.monotonic() - struck_at < HUNG_TIMEOUT_S + SLACK_S:
+        time.sleep(0.1)
+    assert _gone(survivor), "rank 0 did not stop within --timeout + 15 s"
+    # The launcher then gives the hung rank a few seconds, SIGCONT + SIGTERM, and SIGKILL if need be.
+    code, err, took = _finish(proc, struck_at, HUNG_TIMEOUT_S + SLACK_S + STOP_HUNG_S)
+    assert code == sweep_rank.EXIT_FAILED and took < HUNG_TIMEOUT_S + SLACK_S + STOP_HUNG_S, (code, took, err[-2000:])
     assert f"Timed out waiting {HUNG_TIMEOUT_S * 1000}ms" in err
     _assert_rows_kept(jsonl, csv_path, ("failed",))
     assert all(_gone(rank["pid"]) for rank in header["ranks"])
