@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -17,23 +16,13 @@ import pytest
 from harness import compare
 from harness.compare import RunData, build_rows, change_pct, change_pt, measured, select_baseline, sort_rows
 from harness.errors import UsageError
+from tests.train_runs import train_env
 
 REPO = Path(__file__).resolve().parent.parent
 # Two runs that differ in what travels: a small bucket cap with DDP's averaging, and fp16 compression.
 VARIANTS = {"bucket0.5": ["--bucket-cap-mb", "0.5"], "fp16": ["--comm-hook", "fp16"]}
 RUN_TIMEOUT_S = 240
 PCT_METRICS = ("samples_per_s", "step_ms", "comm_ms", "exposed_ms")
-
-
-def train_env() -> dict[str, str]:
-    """The test's environment without a launcher's or an earlier run's variables."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE", "COMMBENCH_RUN_VERSION"))
-    }
-    env.update(GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1")
-    return env
 
 
 def make_runs(logdir: Path, variants: dict[str, list[str]]) -> dict[str, Path]:

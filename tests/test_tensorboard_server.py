@@ -4,7 +4,6 @@ METRICS.md promises, the runs' hparams and our custom-scalar layout, through its
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -18,35 +17,16 @@ from typing import Any
 
 import pytest
 
+from tests.train_runs import BUCKET_TAGS, PROMISED_TAGS, train_env
+
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = {"bucket0.5": ["--bucket-cap-mb", "0.5"], "fp16": ["--comm-hook", "fp16"]}
-PROMISED_TAGS = [
-    "step/time_ms",
-    "step/samples_per_s",
-    "comm/bytes",
-    "comm/buckets",
-    "comm/time_ms",
-    "comm/algbw_gbps",
-    "comm/busbw_gbps",
-    "comm/max_bucket_ms",
-]
-BUCKET_TAGS = ["time_ms", "bytes", "busbw_gbps"]
 HPARAM_NAMES = ["model", "world_size", "backend", "bucket_cap_mb", "comm_hook", "precision", "batch_size"]
 HPARAM_METRICS = ["hp/comm_ms_p50", "hp/step_ms_p50", "hp/samples_per_s_p50", "hp/busbw_gbps_p50"]
 STEPS = 4
 RUN_TIMEOUT_S = 240
 SERVE_TIMEOUT_S = 60  # TensorBoard starts in a few seconds; the first load of the runs follows in the background
 HTTP_TIMEOUT_S = 10
-
-
-def train_env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE", "COMMBENCH_RUN_VERSION"))
-    }
-    env.update(GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1")
-    return env
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,26 +10,12 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from models import get_model_spec, trainable_parameters
-
-REPO = Path(__file__).resolve().parent.parent
-PROMISED_TAGS = [
-    "step/time_ms",
-    "step/samples_per_s",
-    "comm/bytes",
-    "comm/buckets",
-    "comm/time_ms",
-    "comm/algbw_gbps",
-    "comm/busbw_gbps",
-    "comm/max_bucket_ms",
-]
-BUCKET_TAGS = ["time_ms", "bytes", "busbw_gbps"]
+from tests import train_runs
+from tests.train_runs import BUCKET_TAGS, PROMISED_TAGS
 
 
 def run_train(args: list[str], tmp_path: Path, launcher: list[str] | None = None, timeout: int = 300):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE"))}
-    env.update(GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1")
-    cmd = (launcher or [sys.executable]) + [str(REPO / "train.py"), "--logdir", str(tmp_path / "runs"), *args]
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+    return train_runs.run_train(args, tmp_path / "runs", launcher, timeout)
 
 
 def only_run_dir(tmp_path: Path) -> Path:

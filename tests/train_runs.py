@@ -1,0 +1,43 @@
+"""Starting train.py as a user does, for tests: a clean environment and the tags every run must carry."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TRAIN_PY = REPO / "train.py"
+
+# METRICS.md: the scalar tags of every step, and those of every bucket (comm/bucket_{i:02d}/...).
+PROMISED_TAGS = [
+    "step/time_ms",
+    "step/samples_per_s",
+    "comm/bytes",
+    "comm/buckets",
+    "comm/time_ms",
+    "comm/algbw_gbps",
+    "comm/busbw_gbps",
+    "comm/max_bucket_ms",
+]
+BUCKET_TAGS = ["time_ms", "bytes", "busbw_gbps"]
+
+
+def train_env() -> dict[str, str]:
+    """The test's environment without a launcher's or an earlier run's variables."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RANK", "LOCAL_RANK", "WORLD_SIZE", "COMMBENCH_RUN_VERSION"))
+    }
+    env.update(GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1")
+    return env
+
+
+def run_train(
+    args: list[str], logdir: Path, launcher: list[str] | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess:
+    """Run train.py (under `launcher`, e.g. torchrun, if given) to completion with --logdir `logdir`."""
+    cmd = [*(launcher or [sys.executable]), str(TRAIN_PY), "--logdir", str(logdir), *args]
+    return subprocess.run(cmd, cwd=logdir.parent, env=train_env(), capture_output=True, text=True, timeout=timeout)
