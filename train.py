@@ -11,19 +11,43 @@
 Per step, rank 0 logs step time, throughput, and each bucket's time, bytes and busbw to TensorBoard;
 at the end it prints a per-bucket table and writes summary.json into the run's log directory.
 `python train.py --help` lists every option.
+
+Exit codes: 0 done; 2 a mistake in the options (one line, before any process starts); 3 a rank failed, timed
+out (--timeout) or lost a peer (one line names the rank, the step and the collective); 130 / 143 stopped by
+SIGINT / SIGTERM. Whatever ends a run, summary.json ("completed": false, "reason") and the events keep what
+was measured. Without a launcher, the exit code of a rank killed by signal N is 128 + N.
 """
 
 from __future__ import annotations
 
 from harness.errors import run_cli
-from harness.train_config import parse_config
-from harness.trainer import run_training
+from harness.train_config import parse_config, run_version
+
+# Beyond --timeout, how long ranks started here have to stop by themselves after one of them died.
+GRACE_S = 5.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(argv)
-    run_training(cfg)
-    return 0
+    cfg = parse_config(argv)  # every check runs here, before any process or process group exists
+    if cfg.launcher != "none":
+        from harness.train_rank import run_rank
+
+        return run_rank(cfg)  # torchrun or SLURM started this process as one rank
+    # No launcher: this process starts the ranks and watches them. It never loads Lightning (seconds of
+    # CPU that the ranks, loading it themselves, need more).
+    from harness.local_launch import spawn_local
+
+    run_version()  # fixed here, inherited by the ranks: they write into one run directory
+    backend = "nccl" if cfg.use_gpu else "gloo"
+    grace_s = cfg.timeout_s + GRACE_S
+    return spawn_local(_rank, cfg.devices, (cfg,), backend=backend, init_process_group=False, grace_s=grace_s)
+
+
+def _rank(cfg) -> None:
+    """One rank started by spawn_local (harness.train_rank.train_worker, imported in the rank only)."""
+    from harness.train_rank import train_worker
+
+    train_worker(cfg)
 
 
 if __name__ == "__main__":

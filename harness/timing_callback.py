@@ -7,12 +7,21 @@ ranks. At the end: the per-bucket table and summary.json.
 
 Stamps of step k are resolved at the start of step k + 2 (and the rest at the end of training), so the
 GPU has long finished them and nothing here waits on it in the steady state.
+
+When the run stops early (a failed or timed-out collective, a dead peer, an interrupt), `on_exception` names
+what was running (`activity()`: the phase, or the step and the gradient all_reduce in flight with its bucket
+and size), keeps every finished step, and rank 0 writes summary.json with "completed": false and that
+reason, and flushes the events. Rank 0 also rewrites a partial summary.json every SUMMARY_EVERY_S while
+training, so a run killed outright (SIGKILL, NCCL's watchdog abort) still leaves one behind.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import signal
 import time
+import traceback
 from typing import Any
 
 import lightning.pytorch as pl
@@ -25,9 +34,11 @@ from harness.comm_hook import BucketTiming, ResolvedStep, TimedHookState, make_h
 from harness.metrics import busbw_gbps
 from harness.rank_gather import RankGatherer, RankSpread
 from harness.step_stats import RunAggregate, StepStats, step_stats
+from harness.sweep_engine import Interrupted
 from harness.tb_step_writer import write_step
 
 RESOLVE_LAG_STEPS = 2
+SUMMARY_EVERY_S = 60.0  # rank 0 rewrites a partial summary.json this often while training (a few ms each)
 
 
 class CommTimingCallback(pl.Callback):
@@ -63,13 +74,53 @@ class CommTimingCallback(pl.Callback):
         self.gathers = 0
         self._current_step = -1
         self._writer = None
+        self._trainer: pl.Trainer | None = None
+        self._last_summary_s = time.monotonic()
+        self._step_open = False  # between begin_step and the optimizer step's end
+        self._final_summary_written = False
         self.finished = False
+        # What is running, for the message when something fails (see activity()).
+        self.phase = "rendezvous"
+        self.ranks: list[dict[str, Any]] = []  # every rank's host and pid, when train_rank gathered them
+        self.stop_reason = ""  # why the run stopped early, as on_exception found it
+        self.summary_path: str | None = None
+        self.buffer_bytes = 0  # what DDP broadcasts from rank 0 before every forward (BatchNorm statistics)
+
+    # -- what is running ----------------------------------------------------------------------------
+
+    def activity(self, err: BaseException | None = None) -> str:
+        """What this rank is doing: the phase, or the step and the collective in flight (the gradient
+        all_reduce of a bucket with its bytes and elements, or DDP's broadcast of the buffers), for a failure
+        message. Reads the hook's records and the error's traceback; never waits."""
+        if self.phase != "step":
+            return self.phase
+        text = f"step {self._current_step}"
+        record = _stuck_record(self.state._records.get(self._current_step, [])) if self.state else None
+        if record is not None:
+            name = "all_reduce" if self.hook_name != "powersgd" else "PowerSGD all_reduces"
+            return (
+                f"{text}, gradient {name} of bucket {record.index} ({record.bytes:,} B, {record.numel:,} "
+                f"{record.dtype} elements)"
+            )
+        if err is not None and _raised_in(err, DDP_BUFFER_SYNC):
+            bytes_ = f"{self.buffer_bytes:,} B"
+            return f"{text}, DDP's broadcast of the model's buffers from rank 0 ({bytes_}, before the forward)"
+        if err is not None and _raised_in(err, ("backward",)):
+            return f"{text}, backward"
+        return text
+
+    # -- set-up -------------------------------------------------------------------------------------
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.phase = "DDP set-up (the broadcast of the initial weights from rank 0)"
 
     # -- set-up -------------------------------------------------------------------------------------
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Lightning's DDPStrategy registers a hook passed to it only on CUDA; registering it here, once the
         # strategy has wrapped the model and before any backward, works on every device.
+        self.phase = "fit start (hook registration, the rank-gather group)"
+        self._trainer = trainer
         ddp_model = trainer.strategy.model
         if not isinstance(ddp_model, torch.nn.parallel.DistributedDataParallel):
             raise RuntimeError(f"expected a DDP-wrapped model, got {type(ddp_model).__name__}")
@@ -82,6 +133,7 @@ class CommTimingCallback(pl.Callback):
             max_buckets=_max_buckets(ddp_model.module, self.bucket_cap_mb),
         )
         register_timed_hook(ddp_model, self.state)
+        self.buffer_bytes = sum(b.numel() * b.element_size() for b in ddp_model.module.buffers())
         self.aggregate = RunAggregate(world_size=self.world_size)
         if 0 < trainer.max_steps <= self.calibration.first_step + self.calibration.steps:
             if trainer.is_global_zero:
@@ -92,6 +144,7 @@ class CommTimingCallback(pl.Callback):
         if trainer.is_global_zero and trainer.logger is not None:
             self._writer = trainer.logger.experiment
             run_summary.add_custom_scalar_layout(self._writer)
+        self.phase = "the first step (Lightning's barrier before training)"
 
     # -- per step -----------------------------------------------------------------------------------
 
@@ -100,6 +153,8 @@ class CommTimingCallback(pl.Callback):
         if step == self._current_step:
             return  # a later micro-batch of the same optimizer step (gradient accumulation)
         self._current_step = step
+        self.phase = "step"
+        self._step_open = True
         self.state.begin_step(step)
         self.state.skip_communication = self.calibration.is_calibration_step(step)
         self._resolve_ready(upto=step - RESOLVE_LAG_STEPS)
@@ -110,6 +165,10 @@ class CommTimingCallback(pl.Callback):
         self.state.mark_backward_end()
         if self.state.skip_communication:
             zero_gradients(pl_module.parameters())
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx: int):
+        if trainer.global_step > self._current_step:  # the optimizer stepped: this step is whole
+            self._step_open = False
 
     def _resolve_ready(self, upto: int, gather: bool = True) -> None:
         for step in self.state.pending_steps():
@@ -132,39 +191,61 @@ class CommTimingCallback(pl.Callback):
         if gather and self.gatherer is not None and stats.step % self.gather_every == 0:
             # Every rank resolves the same steps in the same order, so this collective lines up.
             start = time.perf_counter()
+            phase, self.phase = self.phase, f"all_gather of every rank's times for step {stats.step} (rank gather)"
             spread = self.gatherer.gather(stats, [t.time_ms for t in resolved.timings])
+            self.phase = phase
             self.overhead_s["rank_gathers"] += time.perf_counter() - start
             self.gathers += 1
             self.last_spread = spread
         if self._writer is not None:
             _log_step(self._writer, stats, resolved.timings, self.world_size, spread)
+            if not self.finished and time.monotonic() - self._last_summary_s > SUMMARY_EVERY_S:
+                self._last_summary_s = time.monotonic()
+                reason = (
+                    f"in progress at step {stats.step}: rank 0 rewrites this every {SUMMARY_EVERY_S:g} s until the "
+                    "run ends; if it is the last one, the run was killed before it could report"
+                )
+                self._write_summary(self._trainer, completed=False, reason=reason, final=False)
 
     # -- the end ------------------------------------------------------------------------------------
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.phase = "end of training (the last steps' rank gathers, the summary)"
         self._finish(trainer, completed=True)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        # Keep what was measured: resolve the steps that finished and write a summary marked unfinished.
-        if self.state is not None and not self.finished:
-            self._finish(trainer, completed=False, reason=f"{type(exception).__name__}: {exception}")
+        # Name what was running before anything is resolved, then keep what was measured: resolve the steps
+        # that finished and write a summary marked unfinished.
+        self.stop_reason = stop_reason(exception, self.activity(exception), trainer.global_rank)
+        if self.state is None or self._final_summary_written:
+            return
+        try:
+            if not self.finished:
+                self._finish(trainer, completed=False, reason=self.stop_reason)
+            elif trainer.is_global_zero:  # it failed while finishing: what was aggregated still counts
+                self._write_summary(trainer, completed=False, reason=self.stop_reason)
+        except Exception as err:  # reported, but the error that stopped the run stays the one raised
+            print(f"rank {trainer.global_rank}: could not keep the partial results: {failure_text(err)}", flush=True)
 
     def _finish(self, trainer: pl.Trainer, completed: bool, reason: str = "") -> None:
         self.finished = True
         end = self.state.stamp_now()
         pending = self.state.pending_steps()
-        if not completed and pending:
-            self.state.resolve_step(pending[-1], end)  # the interrupted step is incomplete: drop it
-            pending = pending[:-1]
+        # A step stopped midway is incomplete: dropped, after the step before it has used its start stamp.
+        incomplete = pending.pop() if pending and self._step_open else None
         for step in pending:
-            next_start = end if step == pending[-1] and completed else self.state.start_stamp(step + 1)
+            next_start = end if step == pending[-1] and incomplete is None else self.state.start_stamp(step + 1)
             # A peer may be gone after a failure: no cross-rank gathers then.
             self._finish_step(self.state.resolve_step(step, next_start), gather=completed)
+        if incomplete is not None:
+            self.state.resolve_step(incomplete, end)
         self.state.release_stamp(end)
         if trainer.is_global_zero:
             self._write_summary(trainer, completed, reason)
 
-    def _write_summary(self, trainer: pl.Trainer, completed: bool, reason: str) -> None:
+    def _write_summary(self, trainer: pl.Trainer, completed: bool, reason: str, final: bool = True) -> None:
+        """summary.json in the run's directory (rank 0). The final one also prints the table (if the run
+        completed), logs hparams and flushes the event file; a periodic one (final=False) only writes the file."""
         summary = run_summary.build_summary(
             self.aggregate,
             settings=self.settings,
@@ -178,13 +259,18 @@ class CommTimingCallback(pl.Callback):
             last_rank_spread=self.last_spread.__dict__ if self.last_spread else None,
             overhead_s={**self.overhead_s, "gathers": self.gathers},
         )
+        if self.ranks:
+            summary["ranks"] = self.ranks
         log_dir = trainer.logger.log_dir if trainer.logger is not None else "."
-        run_summary.write_summary(summary, log_dir)
+        self.summary_path = str(run_summary.write_summary(summary, log_dir))
+        if not final:
+            return
         if completed:
             print(run_summary.format_table(summary), flush=True)
         if self._writer is not None:
             run_summary.log_hparams(trainer.logger, summary)
             self._writer.flush()
+        self._final_summary_written = True
 
     # -- progress bar -------------------------------------------------------------------------------
 
@@ -242,6 +328,58 @@ def _log_step(
             }
         )
     write_step(writer, stats.step, scalars, {"comm/bucket_time_ms": [t.time_ms for t in timings]})
+
+
+# DDP's functions that broadcast the module's buffers from rank 0 before each forward (broadcast_buffers).
+DDP_BUFFER_SYNC = ("_sync_buffers", "_sync_module_buffers", "_default_broadcast_coalesced")
+
+
+def _raised_in(err: BaseException, functions: tuple[str, ...]) -> bool:
+    """Whether any frame of the error's traceback is one of these functions."""
+    return any(frame.f_code.co_name in functions for frame, _ in traceback.walk_tb(err.__traceback__))
+
+
+def _stuck_record(records: list) -> Any:
+    """The bucket to name when a step fails: the first (launch order) whose collective failed, else the first
+    still in flight; None when every launched collective finished. On NCCL a future completes at enqueue, so
+    this finds none there (NCCL's watchdog names the collective in its own report)."""
+    in_flight = None
+    for record in records:
+        future = record.work.get_future() if record.work is not None else None
+        if future is None:  # PowerSGD chains its own futures: only the done stamp tells
+            unfinished = record.done_ns == 0 and record.done_event is None
+            in_flight = in_flight or (record if unfinished else None)
+            continue
+        if not future.done():
+            in_flight = in_flight or record
+            continue
+        try:
+            future.value()
+        except Exception:  # the collective failed: this is the one
+            return record
+    return in_flight
+
+
+_NOISE = (
+    re.compile(r"Got the following error when running the callback: \w+: "),  # torch's future-callback wrapper
+    re.compile(r"\[[^\]]*\.(?:cc|cpp|h|hpp)(?::\d+)?\]\s*"),  # gloo's "[.../pair.cc:545] "
+    re.compile(r"\s*This is typically caused by .*$"),  # gloo's advice after a reset connection
+)
+
+
+def failure_text(err: BaseException, limit: int = 300) -> str:
+    """`Type: first line` of an error, without the source paths and wrappers torch and gloo add."""
+    text = (str(err).strip().splitlines() or [""])[0]
+    for pattern in _NOISE:
+        text = pattern.sub("", text)
+    return f"{type(err).__name__}: {text.strip()[:limit]}"
+
+
+def stop_reason(err: BaseException, activity: str, rank: int) -> str:
+    """One line: the rank, what it was doing, and why it stopped (a signal, or the error)."""
+    if isinstance(err, Interrupted):
+        return f"rank {rank}: interrupted by {signal.Signals(err.signum).name} at {activity}"
+    return f"rank {rank}: {activity} failed: {failure_text(err)}"
 
 
 def _max_buckets(module: torch.nn.Module, bucket_cap_mb: float | None) -> int:

@@ -7,7 +7,10 @@ environment and the devices present, so every rank derives the same settings.
 from __future__ import annotations
 
 import argparse
+import datetime
+import math
 import os
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,9 @@ from harness.errors import UsageError
 
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
 ACCELERATORS = ("auto", "cpu", "gpu")
+# torchvision's ImageFolder reads these (its IMG_EXTENSIONS), from DIR/<class>/..., never from DIR itself.
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+MAX_SEED = 2**62  # seed + rank must fit torch's 64-bit seed
 
 # Sized so that `python train.py --model resnet50` on a 2-core machine (2 gloo processes) finishes in
 # about a minute, and a GPU run is long enough for stable medians.
@@ -62,7 +67,7 @@ class TrainConfig:
     logdir: str = "runs"
     run_name: str | None = None
     timeout_s: float = 600.0
-    """Bound on every collective and the rendezvous."""
+    """Bound on the rendezvous and every collective (gloo raises; NCCL's watchdog aborts)."""
     calibration_steps: int = 5
     """Compute-only steps (communication skipped, gradients discarded) right after warm-up; 0: off."""
     gather_every: int = 50
@@ -92,10 +97,12 @@ class TrainConfig:
         for flag, value in (("--calibration-steps", self.calibration_steps), ("--gather-every", self.gather_every)):
             if value < 0:
                 raise UsageError(f"{flag} must be 0 or more, got {value}")
-        if self.bucket_cap_mb is not None and self.bucket_cap_mb <= 0:
-            raise UsageError(f"--bucket-cap-mb must be positive, got {self.bucket_cap_mb}")
-        if self.timeout_s <= 0:
-            raise UsageError(f"--timeout must be positive seconds, got {self.timeout_s}")
+        if self.bucket_cap_mb is not None and not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0):
+            raise UsageError(f"--bucket-cap-mb must be a positive number of MiB, got {self.bucket_cap_mb}")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise UsageError(f"--timeout must be a positive number of seconds, got {self.timeout_s}")
+        if not 0 <= self.seed < MAX_SEED:
+            raise UsageError(f"--seed must be an integer from 0 to 2**62, got {self.seed}")
         if self.data_dir is not None:
             _check_image_folder(self.data_dir)
 
@@ -154,12 +161,18 @@ class TrainConfig:
             self.image_size = spec.resolve_image_size(self.image_size)
             if self.seq_len is not None:
                 raise UsageError(f"--seq-len applies to token models; {self.model} takes images (--image-size)")
+            if self.batch_size == 1:
+                _check_batch_norm(spec, self.image_size)
+            if self.data_dir is not None:
+                _check_enough_images(self.data_dir, self.batch_size, self.world_size)
         else:
             self.seq_len = spec.resolve_seq_len(self.seq_len)
             if self.image_size is not None:
                 raise UsageError(f"--image-size applies to image models; {self.model} takes tokens (--seq-len)")
             if self.data_dir is not None:
                 raise UsageError(f"--data-dir reads images; {self.model} is a token model")
+            if self.channels_last:
+                raise UsageError(f"--channels-last applies to image models; {self.model} takes tokens")
         if self.run_name is None:
             self.run_name = default_run_name(self)
         _check_writable("--logdir", self.logdir)
@@ -167,6 +180,16 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# Without a launcher, train.py starts the ranks, which inherit its environment: the run's version (its
+# sub-directory under --logdir/<run name>) is fixed once, by that process, and shared through this variable.
+RUN_VERSION_ENV = "COMMBENCH_RUN_VERSION"
+
+
+def run_version() -> str:
+    """The run's version (its start time), fixed in the environment by the first process that asks."""
+    return os.environ.setdefault(RUN_VERSION_ENV, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
 
 
 def default_run_name(cfg: TrainConfig) -> str:
@@ -198,24 +221,100 @@ def _check_choice(flag: str, value: str | None, choices: tuple[str, ...], allow_
         raise UsageError(f"{flag} {value!r} is not known; choose one of: {', '.join(choices)}")
 
 
+def _class_folders(root: Path) -> list[Path]:
+    return sorted(entry for entry in root.iterdir() if entry.is_dir() and not entry.name.startswith("."))
+
+
+def _images(folder: Path):
+    """Image files under `folder`, as ImageFolder finds them (recursively, by suffix)."""
+    for dirpath, _, files in os.walk(folder, followlinks=True):
+        for name in files:
+            if name.lower().endswith(IMAGE_SUFFIXES):
+                yield os.path.join(dirpath, name)
+
+
 def _check_image_folder(path: str) -> None:
+    """--data-dir exists and holds at least one image in a class folder (ImageFolder's DIR/<class>/<image>)."""
     root = Path(path)
     if not root.is_dir():
-        raise UsageError(f"--data-dir {path!r} is not a directory")
-    for _, _, files in os.walk(root):
-        if any(name.lower().endswith(IMAGE_SUFFIXES) for name in files):
+        raise UsageError(f"--data-dir {path!r} is not a directory; give an ImageFolder: DIR/<class>/<image>")
+    for folder in _class_folders(root):
+        if next(_images(folder), None) is not None:
             return
-    raise UsageError(f"--data-dir {path!r} holds no images (ImageFolder layout: DIR/<class>/<image>)")
+    loose = next((name for name in os.listdir(root) if name.lower().endswith(IMAGE_SUFFIXES)), None)
+    hint = f" (images directly in it, such as {loose!r}, are not read: move them into a class folder)" if loose else ""
+    raise UsageError(f"--data-dir {path!r} holds no images in class folders{hint}; layout: DIR/<class>/<image>")
+
+
+def _check_enough_images(path: str, batch_size: int, world_size: int) -> None:
+    """One optimizer step reads batch × world size images (drop_last): the folder must hold at least that many.
+    Counting stops there, so a large dataset is not walked to the end."""
+    need = batch_size * world_size
+    found = 0
+    for folder in _class_folders(Path(path)):
+        for _ in _images(folder):
+            found += 1
+            if found >= need:
+                return
+    raise UsageError(
+        f"--data-dir {path!r} holds {found} images, fewer than one step needs: --batch-size {batch_size} × "
+        f"{world_size} ranks = {need}; use --batch-size {max(1, found // world_size)} or less, or more images"
+    )
+
+
+class _TooSmall(Exception):
+    def __init__(self, layer: str, shape: tuple[int, ...]):
+        super().__init__(layer)
+        self.layer, self.shape = layer, shape
+
+
+def _check_batch_norm(spec: Any, image_size: int) -> None:
+    """A per-rank batch of 1 fails in training wherever a BatchNorm layer then sees one value per channel (a
+    1×1 map). Found by running the model on the meta device: shapes only, no memory and no compute."""
+    with torch.device("meta"):
+        model = spec.build(image_size=image_size)
+    norms = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+
+    def check(name: str):
+        def hook(module: torch.nn.Module, inputs: tuple) -> None:
+            x = inputs[0]
+            if x.numel() // x.shape[1] <= 1:
+                raise _TooSmall(name, tuple(x.shape))
+
+        return hook
+
+    for name, module in norms:
+        module.register_forward_pre_hook(check(name))
+    model.train()
+    try:
+        model(torch.empty(1, 3, image_size, image_size, device="meta"))
+    except _TooSmall as small:
+        shape = "×".join(str(d) for d in small.shape)
+        raise UsageError(
+            f"--batch-size 1 is too small for {spec.name} at --image-size {image_size}: in training, BatchNorm "
+            f"layer {small.layer!r} would see one value per channel (input {shape}); use --batch-size 2 or more, "
+            f"or a larger --image-size"
+        ) from None
 
 
 def _check_writable(flag: str, path: str) -> None:
+    """Create the directory and write a file in it for real (as root, os.access says yes to everything)."""
     target = Path(path)
     try:
         target.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=target):
+            pass
     except OSError as err:
-        raise UsageError(f"{flag} {path!r} cannot be created: {err.strerror}") from None
-    if not os.access(target, os.W_OK):
-        raise UsageError(f"{flag} {path!r} is not writable")
+        raise UsageError(f"{flag} {path!r} cannot be written: {err.strerror or err}") from None
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a mistake is a UsageError: one line and exit 2 through run_cli, like every other check."""
+
+    def error(self, message: str):
+        raise UsageError(message)
 
 
 def _default(field_name: str) -> Any:
@@ -226,7 +325,7 @@ def _default(field_name: str) -> Any:
 def build_parser() -> argparse.ArgumentParser:
     from models import MODEL_NAMES
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="train.py",
         description="Train a real model with Lightning DDP and time every bucketed gradient all_reduce.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -271,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="timeout_s",
         type=float,
         default=_default("timeout_s"),
-        help="seconds bounding every collective",
+        help="seconds bounding the rendezvous and every collective: a rank that loses a peer stops within it",
     )
     add(
         "--calibration-steps",

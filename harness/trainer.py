@@ -1,4 +1,8 @@
-"""Builds and runs the Lightning Trainer for a resolved TrainConfig: DDP, TensorBoard, the timing callback."""
+"""Builds and runs the Lightning Trainer for a resolved TrainConfig: DDP, TensorBoard, the timing callback.
+
+One rank's whole life (process group, signals, failures, exit code) is harness.train_rank; train.py starts
+the ranks.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +18,16 @@ from harness import dist_env
 from harness.lit_module import CommBenchModule, make_dataloader
 from harness.progress_bar import CommProgressBar
 from harness.timing_callback import CommTimingCallback
-from harness.train_config import TrainConfig
+from harness.train_config import TrainConfig, run_version
 from models import get_model_spec
 
-# Lightning's own launcher re-runs train.py for ranks 1..n-1; they inherit the environment, so the run's
-# version (its sub-directory) is fixed once, by the first process, and shared through this variable.
-RUN_VERSION_ENV = "COMMBENCH_RUN_VERSION"
+# How often the TensorBoard writer's own thread flushes events to disk (SummaryWriter's default is 120 s): a
+# run that is killed outright loses at most this much.
+EVENTS_FLUSH_S = 5
+# NCCL's watchdog enforces the process group's timeout (--timeout) on every collective; in this mode it
+# aborts the process when one times out or a peer fails (torch's default, set in case the environment
+# disabled it).
+NCCL_ERROR_HANDLING_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}
 
 
 def prepare_process_env(cfg: TrainConfig) -> None:
@@ -27,11 +35,15 @@ def prepare_process_env(cfg: TrainConfig) -> None:
     dist_env.apply_safe_nccl_env()
     if cfg.use_gpu:
         os.environ.update(dist_env.NCCL_TIMING_ENV)
+        for key, value in NCCL_ERROR_HANDLING_ENV.items():
+            if os.environ.get(key, "0") == "0":
+                os.environ[key] = value
     else:
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo") if cfg.launcher == "none" else None
+        if cfg.launcher == "none":
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         # One process per core share on CPU: more threads than cores makes ranks starve each other.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, cfg.devices)))
-    os.environ.setdefault(RUN_VERSION_ENV, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    run_version()
 
 
 def build_trainer(
@@ -64,7 +76,11 @@ def build_trainer(
         gather_every=cfg.gather_every,
     )
     logger = TensorBoardLogger(
-        save_dir=cfg.logdir, name=cfg.run_name, version=os.environ[RUN_VERSION_ENV], default_hp_metric=False
+        save_dir=cfg.logdir,
+        name=cfg.run_name,
+        version=run_version(),
+        default_hp_metric=False,
+        flush_secs=EVENTS_FLUSH_S,
     )
     trainer = pl.Trainer(
         accelerator=cfg.accelerator,
@@ -84,12 +100,27 @@ def build_trainer(
         benchmark=cfg.use_gpu,
         use_distributed_sampler=cfg.data_dir is not None,
     )
+    _without_lightning_sigterm(trainer)
     return trainer, CommBenchModule(spec, cfg), timing
 
 
-def run_training(cfg: TrainConfig) -> CommTimingCallback:
-    """Train as configured; returns the timing callback (its aggregate holds the run's measurements)."""
+def _without_lightning_sigterm(trainer: pl.Trainer) -> None:
+    """Switch off Lightning's SIGTERM handling (2.6): its handler broadcasts from inside the signal handler,
+    a collective issued at an arbitrary point that need not match the other ranks', and every training step
+    begins with a broadcast of that flag, with `.item()` (a GPU sync each step on NCCL). Every rank here gets
+    the signal from its own launcher and stops at a step boundary (harness.train_rank.TrainSignals)."""
+    connector = getattr(trainer, "_signal_connector", None)
+    if connector is not None and hasattr(connector, "register_signal_handlers"):
+        connector.register_signal_handlers = lambda: None
+    epoch_loop = trainer.fit_loop.epoch_loop
+    if hasattr(epoch_loop, "_broadcast_sigterm_tensor"):
+        epoch_loop._broadcast_sigterm_tensor = lambda: None
+
+
+def run_training(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None) -> CommTimingCallback:
+    """Train in this process, inside an existing world; returns the timing callback (its aggregate holds the
+    run's measurements). train.py goes through harness.train_rank, which adds signals and failure reports."""
     prepare_process_env(cfg)
-    trainer, module, timing = build_trainer(cfg)
+    trainer, module, timing = build_trainer(cfg, extra_callbacks)
     trainer.fit(module, make_dataloader(cfg))
     return timing

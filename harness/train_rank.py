@@ -1,0 +1,187 @@
+"""One training rank from rendezvous to teardown, under any launcher (train.py's own, torchrun, SLURM).
+
+Without a launcher, train.py starts its ranks with harness.local_launch (as the raw sweep does): they meet
+through a file (no port is opened for the rendezvous, and gloo binds to loopback), they die with the
+train.py process, a signal to it reaches every rank, and a rank that dies gives the others --timeout plus
+a few seconds to stop by themselves before they are stopped. Lightning's own launcher is not used: its
+watchdog SIGKILLs rank 0 as soon as another rank dies, before rank 0 can write what it measured.
+
+Here, per rank:
+- The process group is created with --timeout, which bounds the rendezvous and every collective (gloo
+  raises; on NCCL the watchdog aborts the process, TORCH_NCCL_ASYNC_ERROR_HANDLING=3 unless set).
+- A collective that fails or times out (a peer died or hangs) ends the run with one line naming the rank,
+  the step and what was running: the gradient all_reduce of bucket i with its size, a rank gather, a set-up
+  phase. Rank 0 writes summary.json with "completed": false and that reason, and flushes its events. The
+  rank exits EXIT_FAILED; under torchrun the line also goes to the error file that its failure report reads.
+- SIGINT and SIGTERM stop the run at the next step boundary (at once before training starts), with the
+  same partial summary, and the rank exits 128 + the signal (130, 143). Lightning's own SIGTERM handling,
+  which issues a collective inside the signal handler and a broadcast at every step, is switched off
+  (harness.trainer): every rank receives the signal itself from its launcher.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import socket
+import sys
+
+import lightning.pytorch as pl
+import torch
+import torch.distributed as dist
+
+from harness import dist_env
+from harness.lit_module import make_dataloader
+from harness.local_launch import init_method
+from harness.sweep_engine import Interrupted
+from harness.timing_callback import CommTimingCallback, failure_text
+from harness.train_config import TrainConfig
+from harness.trainer import build_trainer, prepare_process_env
+
+PROG = "train.py"
+EXIT_FAILED = 3  # the run was cut short: a collective failed or timed out, or a peer died (as the sweep's)
+
+
+class TrainSignals(pl.Callback):
+    """SIGINT and SIGTERM: before training starts they raise Interrupted at once; during training they are
+    remembered and raise Interrupted at the next step boundary, where no collective is half done and the
+    other ranks (which got the signal too) stop alike. Later signals are only remembered."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.armed = True  # raise at once (outside the training loop)
+        self.timing: CommTimingCallback | None = None
+        self._previous: dict = {}
+
+    def install(self) -> TrainSignals:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.received is None:
+            self.received = signum
+            if self.armed:
+                self.armed = False
+                raise Interrupted(signum)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int):
+        self.armed = False
+        if self.received is not None:
+            if self.timing is not None:
+                self.timing.phase = f"the start of step {trainer.global_step}"
+            raise Interrupted(self.received)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.armed = False  # the end: the summary is being written, a signal must not cut it short
+
+
+class RankRoll(pl.Callback):
+    """Once the process group is up: every rank's host and pid, printed by rank 0 and kept for the summary
+    (which process to look at when one fails)."""
+
+    def __init__(self) -> None:
+        self.timing: CommTimingCallback | None = None
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        env = dist_env.detect()
+        mine = {"rank": trainer.global_rank, "node_rank": env.node_rank, "host": socket.gethostname()}
+        mine |= {"pid": os.getpid(), "device": str(pl_module.device)}
+        everyone: list = [None] * trainer.world_size
+        dist.all_gather_object(everyone, mine)
+        if self.timing is not None:
+            self.timing.ranks = everyone
+        if trainer.is_global_zero:
+            ranks = ", ".join(f"{r['rank']} pid {r['pid']} on {r['host']} {r['device']}" for r in everyone)
+            print(f"# {PROG}: {trainer.world_size} ranks ({dist.get_backend()}): {ranks}", flush=True)
+
+
+def _record_for_torchrun(message: str) -> None:
+    """Under torchrun, leave the message in the error file its failure report reads (no exception chain)."""
+    if os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+        try:
+            raise RuntimeError(message) from None
+        except RuntimeError as err:
+            err.__context__ = None
+            ErrorHandler().record_exception(err)
+
+
+def _init_process_group(cfg: TrainConfig) -> None:
+    """Processes started by train.py itself meet through local_launch's file; under torchrun and SLURM
+    Lightning creates the group (SLURM's address and port come from its environment plugin), with the same
+    --timeout (harness.trainer passes it to DDPStrategy)."""
+    if cfg.launcher != "none":
+        return
+    env = dist_env.detect()
+    device = torch.device("cuda", env.local_rank) if cfg.use_gpu else None
+    if device is not None:
+        torch.cuda.set_device(device)
+    dist.init_process_group(
+        "nccl" if cfg.use_gpu else "gloo",
+        init_method=init_method(),
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=datetime.timedelta(seconds=cfg.timeout_s),
+        device_id=device,
+    )
+
+
+def run_rank(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None) -> int:
+    """Train as one rank; returns the exit code: 0, EXIT_FAILED (one line on stderr says what failed where)
+    or 128 + N for signal N. `extra_callbacks` run before the timing callback (benchmarks, tests)."""
+    signals = TrainSignals().install()
+    rank = dist_env.detect().rank
+    timing: CommTimingCallback | None = None
+    phase = "rendezvous"
+    code, failure = EXIT_FAILED, None
+    try:
+        prepare_process_env(cfg)
+        _init_process_group(cfg)
+        phase = "set-up (the model, the Trainer)"
+        roll = RankRoll()
+        trainer, module, timing = build_trainer(cfg, extra_callbacks=[signals, roll, *(extra_callbacks or [])])
+        signals.timing = roll.timing = timing
+        phase = "the data loader"
+        loader = make_dataloader(cfg)
+        trainer.fit(module, loader)
+        code = 0
+    except Interrupted:
+        pass  # reported below, with the signal
+    except Exception as err:  # a collective failed or timed out, a peer died, the rendezvous failed
+        failure = err
+    signals.armed = False
+    reason = timing.stop_reason if timing is not None and timing.stop_reason else ""
+    if failure is not None:
+        reason = reason or f"rank {rank}: {phase} failed: {failure_text(failure)}"
+        if signals.received is not None:  # the signal came first; the failure is likely its consequence
+            name = signal.Signals(signals.received).name
+            reason = f"rank {rank}: interrupted by {name}; then {reason.removeprefix(f'rank {rank}: ')}"
+            code = 128 + signals.received
+        print(f"{PROG}: {reason}", file=sys.stderr, flush=True)
+        _record_for_torchrun(reason)
+    elif signals.received is not None:
+        code = 128 + signals.received
+        name = signal.Signals(signals.received).name
+        reason = reason or f"rank {rank}: interrupted by {name} at {phase}"
+        if rank == 0:
+            print(f"{PROG}: {reason}", file=sys.stderr, flush=True)
+    if timing is not None and code != 0 and timing.summary_path:
+        print(f"{PROG}: rank {rank}: what was measured is in {timing.summary_path} (completed: false)", file=sys.stderr)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    signals.restore()
+    return code
+
+
+def train_worker(cfg: TrainConfig) -> None:
+    """local_launch's worker (with init_process_group=False): run_rank, its code as the process's exit code."""
+    code = run_rank(cfg)
+    if code:
+        raise SystemExit(code)
