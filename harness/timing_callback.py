@@ -83,6 +83,7 @@ class CommTimingCallback(pl.Callback):
         self.phase = "rendezvous"
         self.ranks: list[dict[str, Any]] = []  # every rank's host and pid, when train_rank gathered them
         self.stop_reason = ""  # why the run stopped early, as on_exception found it
+        self.signal_before_failure: int | None = None  # set by train_rank when a signal preceded an error
         self.summary_path: str | None = None
         self.buffer_bytes = 0  # what DDP broadcasts from rank 0 before every forward (BatchNorm statistics)
 
@@ -216,7 +217,8 @@ class CommTimingCallback(pl.Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         # Name what was running before anything is resolved, then keep what was measured: resolve the steps
         # that finished and write a summary marked unfinished.
-        self.stop_reason = stop_reason(exception, self.activity(exception), trainer.global_rank)
+        activity = self.activity(exception)
+        self.stop_reason = stop_reason(exception, activity, trainer.global_rank, self.signal_before_failure)
         if self.state is None or self._final_summary_written:
             return
         try:
@@ -375,11 +377,13 @@ def failure_text(err: BaseException, limit: int = 300) -> str:
     return f"{type(err).__name__}: {text.strip()[:limit]}"
 
 
-def stop_reason(err: BaseException, activity: str, rank: int) -> str:
-    """One line: the rank, what it was doing, and why it stopped (a signal, or the error)."""
+def stop_reason(err: BaseException, activity: str, rank: int, signal_first: int | None = None) -> str:
+    """One line: the rank, what it was doing, and why it stopped (a signal, or the error; a signal that came
+    before the error first, as the error is then likely its consequence: a peer that stopped for it)."""
     if isinstance(err, Interrupted):
         return f"rank {rank}: interrupted by {signal.Signals(err.signum).name} at {activity}"
-    return f"rank {rank}: {activity} failed: {failure_text(err)}"
+    then = f"interrupted by {signal.Signals(signal_first).name}; then " if signal_first is not None else ""
+    return f"rank {rank}: {then}{activity} failed: {failure_text(err)}"
 
 
 def _max_buckets(module: torch.nn.Module, bucket_cap_mb: float | None) -> int:

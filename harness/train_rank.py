@@ -35,7 +35,7 @@ from harness import dist_env
 from harness.lit_module import make_dataloader
 from harness.local_launch import init_method
 from harness.sweep_engine import Interrupted
-from harness.timing_callback import CommTimingCallback, failure_text
+from harness.timing_callback import CommTimingCallback, stop_reason
 from harness.train_config import TrainConfig
 from harness.trainer import build_trainer, prepare_process_env
 
@@ -50,6 +50,7 @@ class TrainSignals(pl.Callback):
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self.before_failure: int | None = None  # the signal, if one came before the run failed
         self.armed = True  # raise at once (outside the training loop)
         self.timing: CommTimingCallback | None = None
         self._previous: dict = {}
@@ -79,6 +80,14 @@ class TrainSignals(pl.Callback):
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.armed = False  # the end: the summary is being written, a signal must not cut it short
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        # Runs before the timing callback's: whether a signal came before the error (then the error likely
+        # follows from peers that stopped for it) or after (a launcher reacting to a dead peer).
+        self.armed = False
+        self.before_failure = self.received
+        if self.timing is not None and not isinstance(exception, Interrupted):
+            self.timing.signal_before_failure = self.received
 
 
 class RankRoll(pl.Callback):
@@ -156,14 +165,13 @@ def run_rank(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None)
         pass  # reported below, with the signal
     except Exception as err:  # a collective failed or timed out, a peer died, the rendezvous failed
         failure = err
+        if timing is None or not timing.stop_reason:  # it failed outside the fit: no on_exception ran
+            signals.before_failure = signals.received
     signals.armed = False
     reason = timing.stop_reason if timing is not None and timing.stop_reason else ""
-    if failure is not None:
-        reason = reason or f"rank {rank}: {phase} failed: {failure_text(failure)}"
-        if signals.received is not None:  # the signal came first; the failure is likely its consequence
-            name = signal.Signals(signals.received).name
-            reason = f"rank {rank}: interrupted by {name}; then {reason.removeprefix(f'rank {rank}: ')}"
-            code = 128 + signals.received
+    if failure is not None:  # reported even if a launcher's SIGTERM came since: the failure says more
+        reason = reason or stop_reason(failure, phase, rank, signals.before_failure)
+        code = EXIT_FAILED if signals.before_failure is None else 128 + signals.before_failure
         print(f"{PROG}: {reason}", file=sys.stderr, flush=True)
         _record_for_torchrun(reason)
     elif signals.received is not None:

@@ -194,8 +194,9 @@ def _steps_logged(logdir: Path) -> int:
     return 0
 
 
-def _wait_for_steps(proc: subprocess.Popen, tmp_path: Path, logdir: Path, steps: int = 3) -> list[int]:
-    """Once the events on disk hold `steps` steps, the ranks' pids (rank 0 prints them at the start)."""
+def _wait_for_steps(proc: subprocess.Popen, tmp_path: Path, logdir: Path, steps: int = 10) -> list[int]:
+    """Once the events on disk hold `steps` steps (10: past the 2 warm-up and 5 calibration steps), the ranks'
+    pids (rank 0 prints them at the start)."""
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -241,7 +242,7 @@ def _kept(logdir: Path) -> tuple[dict, EventAccumulator]:
     acc = EventAccumulator(str(summary_path.parent), size_guidance={"scalars": 0})
     acc.Reload()
     steps = [e.step for e in acc.Scalars("step/time_ms")]
-    assert len(steps) >= 3 and steps == list(range(len(steps)))
+    assert len(steps) >= 10 and steps == list(range(len(steps)))
     assert summary["completed"] is False and summary["totals"]["steps_measured"] >= 1
     assert "_hparams_/session_start_info" in acc.summary_metadata  # hparams written on the way out
     return summary, acc
