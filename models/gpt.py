@@ -134,9 +134,7 @@ def make_token_batch(
     Drawn as one (B, T + 1) sequence and shifted by one, as real language-model data is, on the
     generator's device and then moved to `device`.
     """
-    tokens = torch.randint(
-        0, vocab_size, (batch_size, seq_len + 1), generator=generator, device=generator.device
-    )
+    tokens = torch.randint(0, vocab_size, (batch_size, seq_len + 1), generator=generator, device=generator.device)
     inputs = tokens[:, :-1].contiguous().to(device)
     targets = tokens[:, 1:].contiguous().to(device)
     return inputs, targets

@@ -60,9 +60,7 @@ class ModelSpec:
             assert self.default_image_size is not None  # guaranteed by __post_init__ for image models
             return self.default_image_size
         if image_size < vision.MIN_IMAGE_SIZE:
-            raise UsageError(
-                f"--image-size {image_size} is too small; the smallest is {vision.MIN_IMAGE_SIZE}"
-            )
+            raise UsageError(f"--image-size {image_size} is too small; the smallest is {vision.MIN_IMAGE_SIZE}")
         if image_size % self.image_size_multiple != 0:
             raise UsageError(
                 f"--image-size {image_size} does not suit {self.name}: it must be a multiple of its "
@@ -206,9 +204,7 @@ def get_model_spec(name: str) -> ModelSpec:
     try:
         return MODELS[name]
     except KeyError:
-        raise UsageError(
-            f"unknown model {name!r} for --model; choose one of: {', '.join(MODEL_NAMES)}"
-        ) from None
+        raise UsageError(f"unknown model {name!r} for --model; choose one of: {', '.join(MODEL_NAMES)}") from None
 
 
 def trainable_parameters(model: nn.Module) -> int:
