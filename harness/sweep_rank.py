@@ -18,6 +18,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from harness import dist_env
 from harness.dist_env import apply_safe_nccl_env, detect
 from harness.local_launch import init_method
 from harness.sweep_engine import PROG, GpuWaitTimeout, Interrupted, Plan, Where, first_line, run_sweep
@@ -51,18 +52,6 @@ class _Signals:
     def restore(self) -> None:
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
-
-
-def _record_for_torchrun(message: str) -> None:
-    """Under torchrun, leave the message in the error file its failure report reads."""
-    if os.environ.get("TORCHELASTIC_ERROR_FILE"):
-        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
-
-        try:
-            raise RuntimeError(message) from None
-        except RuntimeError as err:
-            err.__context__ = None  # the report shows this message, not the chain of the original error
-            ErrorHandler().record_exception(err)
 
 
 def run_rank(plan: Plan) -> int:
@@ -103,7 +92,7 @@ def run_rank(plan: Plan) -> int:
         code = EXIT_FAILED
         message = f"rank {env.rank}: {where} failed: {first_line(failure)}"
         print(f"{PROG}: {message}", file=sys.stderr, flush=True)
-        _record_for_torchrun(message)
+        dist_env.record_failure_for_torchrun(message)
         if isinstance(failure, GpuWaitTimeout):
             # A kernel is stuck on the GPU: destroying the communicator would wait for it. Leave now.
             sys.stdout.flush()

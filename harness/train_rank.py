@@ -110,18 +110,6 @@ class RankRoll(pl.Callback):
             print(f"# {PROG}: {trainer.world_size} ranks ({dist.get_backend()}): {ranks}", flush=True)
 
 
-def _record_for_torchrun(message: str) -> None:
-    """Under torchrun, leave the message in the error file its failure report reads (no exception chain)."""
-    if os.environ.get("TORCHELASTIC_ERROR_FILE"):
-        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
-
-        try:
-            raise RuntimeError(message) from None
-        except RuntimeError as err:
-            err.__context__ = None
-            ErrorHandler().record_exception(err)
-
-
 def _init_process_group(cfg: TrainConfig) -> None:
     """Processes started by train.py itself meet through local_launch's file; under torchrun and SLURM
     Lightning creates the group (SLURM's address and port come from its environment plugin), with the same
@@ -173,7 +161,7 @@ def run_rank(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None)
         reason = reason or stop_reason(failure, phase, rank, signals.before_failure)
         code = EXIT_FAILED if signals.before_failure is None else 128 + signals.before_failure
         print(f"{PROG}: {reason}", file=sys.stderr, flush=True)
-        _record_for_torchrun(reason)
+        dist_env.record_failure_for_torchrun(reason)
     elif signals.received is not None:
         code = 128 + signals.received
         name = signal.Signals(signals.received).name
