@@ -27,7 +27,7 @@ from bench.ab import interleave, summarize, time_block
 from harness.local_launch import spawn_local
 from harness.run_info import run_info
 from harness.train_config import TrainConfig
-from harness.trainer import build_trainer, prepare_process_env
+from harness.trainer import prepare_process_env, run_training
 from models import get_model_spec
 
 
@@ -89,10 +89,7 @@ def harness_round(args: argparse.Namespace, cuda: bool, logdir: str, round_index
         run_name=f"round{round_index}",
     ).resolve()
     window = WallClockWindow(args.warmup_steps, cuda)
-    trainer, module, _ = build_trainer(cfg, extra_callbacks=[window])
-    from harness.lit_module import make_dataloader
-
-    trainer.fit(module, make_dataloader(cfg))
+    run_training(cfg, extra_callbacks=[window])
     return window.ms_per_step
 
 

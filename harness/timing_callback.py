@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from harness import run_summary
+from harness.bucket_layout import DEFAULT_BUCKET_CAP_MB
 from harness.calibration import Calibration, zero_gradients
 from harness.comm_hook import BucketTiming, ResolvedStep, TimedHookState, make_hook_state, register_timed_hook
 from harness.metrics import busbw_gbps
@@ -389,7 +390,7 @@ def stop_reason(err: BaseException, activity: str, rank: int, signal_first: int 
 def _max_buckets(module: torch.nn.Module, bucket_cap_mb: float | None) -> int:
     """An upper bound on DDP's bucket count: every bucket but the last reaches the cap (the first 1 MiB)."""
     total = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
-    cap = (bucket_cap_mb if bucket_cap_mb is not None else 25.0) * 2**20
+    cap = (bucket_cap_mb if bucket_cap_mb is not None else DEFAULT_BUCKET_CAP_MB) * 2**20
     return math.ceil(total / cap) + 2
 
 
