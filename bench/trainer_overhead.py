@@ -2,32 +2,45 @@
 
     python -m bench.trainer_overhead --model resnet50 --batch-size 128          # one GPU, bf16, channels_last
 
-Same model, batch, precision, optimizer and DDP settings. Each round runs the plain loop for --steps
-steps, then a full harness Trainer (timed hook, per-step TensorBoard logging, progress bar) for
---warmup-steps + --steps steps; both are timed by wall clock over their last --steps steps with the GPU
-drained at both ends. Rounds alternate which goes first. The ratio is plain ms / harness ms per round,
-so 1.0 means the harness costs nothing.
+Same model, batch, precision, optimizer and DDP settings. Each round runs three variants, in rotating order:
+- plain: the hand-written loop, --steps steps;
+- lightning: Lightning alone with the harness's module and strategy (no hook, callback, logger or progress bar);
+- harness: the full harness Trainer (timed hook, per-step TensorBoard logging, progress bar).
+The Trainers run --warmup-steps + --steps steps. All are timed by wall clock over their last --steps steps
+with the GPU drained at both ends. Ratios are variant ms / plain ms per round (1.0: it costs nothing), and
+the throughput fraction is plain / harness.
+
+Each variant's main-thread CPU time per step (`time.thread_time`, over the same window) is reported too: a
+training step is host-bound once it nears the wall time, so the gap between the two is the host headroom,
+and the harness's extra CPU per step is what it costs once that headroom is gone (a busy host, a small batch).
+`--profile FILE` writes cProfile statistics of the last harness round's main thread to FILE and prints the
+functions that take most of its time.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import json
 import os
+import pstats
 import tempfile
 import time
 
 import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
+from lightning.pytorch.strategies import DDPStrategy
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from bench.ab import interleave, summarize, time_block
+from harness.lit_module import CommBenchModule, make_dataloader
 from harness.local_launch import spawn_local
+from harness.metrics import percentile
 from harness.run_info import run_info
 from harness.train_config import TrainConfig
-from harness.trainer import prepare_process_env, run_training
+from harness.trainer import _without_lightning_sigterm, prepare_process_env, run_training
 from models import get_model_spec
 
 
@@ -36,8 +49,8 @@ class WallClockWindow(pl.Callback):
 
     def __init__(self, first_step: int, cuda: bool) -> None:
         self.first_step, self.cuda = first_step, cuda
-        self.start = 0.0
-        self.ms_per_step = float("nan")
+        self.start = self.cpu_start = 0.0
+        self.ms_per_step = self.cpu_ms_per_step = float("nan")
 
     def _sync(self) -> None:
         if self.cuda:
@@ -47,10 +60,13 @@ class WallClockWindow(pl.Callback):
         if trainer.global_step == self.first_step and self.start == 0.0:
             self._sync()
             self.start = time.perf_counter()
+            self.cpu_start = time.thread_time()
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._sync()
-        self.ms_per_step = (time.perf_counter() - self.start) * 1e3 / (trainer.global_step - self.first_step)
+        steps = trainer.global_step - self.first_step
+        self.ms_per_step = (time.perf_counter() - self.start) * 1e3 / steps
+        self.cpu_ms_per_step = (time.thread_time() - self.cpu_start) * 1e3 / steps
 
 
 def plain_loop(args: argparse.Namespace, device: torch.device):
@@ -76,8 +92,8 @@ def plain_loop(args: argparse.Namespace, device: torch.device):
     return step
 
 
-def harness_round(args: argparse.Namespace, cuda: bool, logdir: str, round_index: int) -> float:
-    cfg = TrainConfig(
+def round_config(args: argparse.Namespace, cuda: bool, logdir: str, round_index: int) -> TrainConfig:
+    return TrainConfig(
         model=args.model,
         batch_size=args.batch_size,
         max_steps=args.warmup_steps + args.steps,
@@ -88,9 +104,56 @@ def harness_round(args: argparse.Namespace, cuda: bool, logdir: str, round_index
         logdir=logdir,
         run_name=f"round{round_index}",
     ).resolve()
+
+
+def lightning_round(args: argparse.Namespace, cuda: bool, logdir: str, round_index: int, cpu_ms: list[float]) -> float:
+    """Lightning alone: the harness's module, strategy and precision, without the timing callback, hook, logger
+    or progress bar. Separates what Lightning's loop costs from what the harness adds to it."""
+    cfg = round_config(args, cuda, logdir, round_index)
     window = WallClockWindow(args.warmup_steps, cuda)
-    run_training(cfg, extra_callbacks=[window])
+    trainer = pl.Trainer(
+        accelerator=cfg.accelerator,
+        devices=cfg.devices,
+        strategy=DDPStrategy(process_group_backend="nccl" if cuda else "gloo"),
+        precision=cfg.precision,
+        max_steps=cfg.max_steps,
+        max_epochs=-1,
+        logger=False,
+        callbacks=[window],
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        benchmark=cuda,
+        use_distributed_sampler=False,
+    )
+    _without_lightning_sigterm(trainer)  # as the harness does: no per-step broadcast of Lightning's flag
+    trainer.fit(CommBenchModule(get_model_spec(cfg.model), cfg), make_dataloader(cfg))
+    cpu_ms.append(window.cpu_ms_per_step)
     return window.ms_per_step
+
+
+def harness_round(args: argparse.Namespace, cuda: bool, logdir: str, round_index: int, cpu_ms: list[float]) -> float:
+    """One harness Trainer run; returns wall ms per step over the window and appends CPU ms per step."""
+    cfg = round_config(args, cuda, logdir, round_index)
+    window = WallClockWindow(args.warmup_steps, cuda)
+    profile = cProfile.Profile() if args.profile and round_index == args.rounds - 1 else None
+    with profile or contextlib.nullcontext():
+        run_training(cfg, extra_callbacks=[window])
+    if profile is not None and dist.get_rank() == 0:
+        profile.dump_stats(args.profile)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+    cpu_ms.append(window.cpu_ms_per_step)
+    return window.ms_per_step
+
+
+def timed_plain_block(step, steps: int, cuda: bool, cpu_ms: list[float]) -> float:
+    """`time_block` of the plain loop; appends its main-thread CPU ms per step."""
+    cpu_start = time.thread_time()
+    wall_ms = time_block(step, steps, cuda)
+    cpu_ms.append((time.thread_time() - cpu_start) * 1e3 / steps)
+    return wall_ms
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -101,19 +164,24 @@ def worker(args: argparse.Namespace) -> None:
     torch.backends.cudnn.benchmark = cuda  # as the harness Trainer sets it on GPU
     step = plain_loop(args, device)
     time_block(step, args.warmup_steps, cuda)
+    cpu_ms: dict[str, list[float]] = {"plain": [], "lightning": [], "harness": []}
     with tempfile.TemporaryDirectory() as logdir:
-        rounds = iter(range(args.rounds))
+        lightning_rounds, harness_rounds = iter(range(args.rounds)), iter(range(args.rounds))
         runners = {
-            "plain": lambda: time_block(step, args.steps, cuda),
-            "harness": lambda: harness_round(args, cuda, logdir, next(rounds)),
+            "plain": lambda: timed_plain_block(step, args.steps, cuda, cpu_ms["plain"]),
+            "lightning": lambda: lightning_round(args, cuda, logdir, next(lightning_rounds), cpu_ms["lightning"]),
+            "harness": lambda: harness_round(args, cuda, logdir, next(harness_rounds), cpu_ms["harness"]),
         }
         samples = interleave(runners, args.rounds)
     if dist.get_rank() == 0:
-        for r, (plain_ms, harness_ms) in enumerate(zip(samples["plain"], samples["harness"], strict=True)):
-            print(f"round {r}: plain {plain_ms:.2f} ms/step, harness {harness_ms:.2f} ms/step", flush=True)
+        for r in range(args.rounds):
+            cells = [f"{name} {samples[name][r]:.2f} ms/step (CPU {cpu_ms[name][r]:.2f})" for name in samples]
+            print(f"round {r}: " + ", ".join(cells), flush=True)
         # harness_vs_plain ratio: harness ms / plain ms per round; throughput fraction = 1 / ratio.
         summary = summarize(samples, "plain")
         summary["harness_throughput_fraction_p50"] = 1.0 / summary["harness_vs_plain_ratio_p50"]
+        for name, values in cpu_ms.items():
+            summary[f"{name}_cpu_ms_per_step_p50"] = percentile(values, 50)
         record = {
             "bench": "trainer_overhead",
             "model": args.model,
@@ -138,6 +206,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", help="append the result as a JSON line to this file")
+    parser.add_argument("--profile", help="write cProfile statistics of the last harness round to this file")
     args = parser.parse_args()
     cfg_probe = TrainConfig(accelerator="gpu" if args.device == "cuda" else "cpu", devices=1)
     prepare_process_env(cfg_probe)  # NVLS off, NCCL timing on, before any process group

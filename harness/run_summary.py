@@ -150,6 +150,14 @@ def format_table(summary: dict[str, Any]) -> str:
             f"{t['compute_only_ms']:.2f} ms, with communication {t['fwd_bwd_ms_p50']:.2f} ms), "
             f"overlap {t['overlap_pct_p50']:.1f} %"
         )
+    overhead = summary.get("overhead_s") or {}
+    if overhead.get("all_steps"):
+        spent = overhead["calibration"] + overhead["rank_gathers"]
+        lines.append(
+            f"# harness overhead: calibration {overhead['calibration']:.3f} s ({t['calibration_steps']} steps), "
+            f"rank gathers {overhead['rank_gathers'] * 1e3:.1f} ms ({overhead['gathers']}): "
+            f"{100 * spent / overhead['all_steps']:.2f} % of the run's {overhead['all_steps']:.1f} s of steps"
+        )
     if summary["world_size"] == 1:
         lines.append("# world size 1: busbw is 0 by definition (no data crosses a link)")
     return "\n".join(lines)

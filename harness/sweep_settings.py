@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from harness import compare
+from harness.cli_help import DefaultsHelpFormatter
 from harness.comm_hook import HOOK_NAMES
 from harness.dist_env import NVLS_OFF_ENV
 from harness.errors import UsageError, run_cli
@@ -80,11 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m harness.sweep_settings",
         description="Run train.py over bucket sizes and comm hooks, then compare the runs.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
-    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--model", default="resnet50", help="the model every run trains (train.py --model)")
     parser.add_argument("--bucket-cap-mb", default="1,5,25,100", help="comma-separated DDP bucket caps (MiB)")
-    parser.add_argument("--comm-hook", default="allreduce,fp16,bf16,powersgd", help=f"comma-separated: {HOOK_NAMES}")
+    parser.add_argument(
+        "--comm-hook", default="allreduce,fp16,bf16,powersgd", help=f"comma-separated, from: {', '.join(HOOK_NAMES)}"
+    )
     parser.add_argument("--logdir", help="where the runs go (default: runs/sweep-<model>-<time>)")
     parser.add_argument("--launcher", default="", help='prefix for each run, e.g. "torchrun --nproc-per-node 8"')
     parser.add_argument("--baseline", help="baseline run for the table (default: the first)")

@@ -70,8 +70,9 @@ class CommTimingCallback(pl.Callback):
         self.last_stats: StepStats | None = None
         self.last_spread: RankSpread | None = None
         self.world_size = 1
-        # Wall time the harness itself adds to the run (reported in summary.json under "overhead_s").
-        self.overhead_s = {"calibration": 0.0, "rank_gathers": 0.0}
+        # Wall time the harness itself adds to the run (reported in summary.json under "overhead_s"), and the
+        # time of all the run's steps that it is a share of.
+        self.overhead_s = {"calibration": 0.0, "rank_gathers": 0.0, "all_steps": 0.0}
         self.gathers = 0
         self._current_step = -1
         self._writer = None
@@ -180,6 +181,7 @@ class CommTimingCallback(pl.Callback):
 
     def _finish_step(self, resolved: ResolvedStep, gather: bool = True) -> None:
         calibrating = self.calibration.is_calibration_step(resolved.step)
+        self.overhead_s["all_steps"] += resolved.step_ms / 1e3
         if calibrating:
             self.calibration.add(resolved.fwd_bwd_ms)
             self.overhead_s["calibration"] += resolved.step_ms / 1e3

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from harness import dist_env
+from harness.cli_help import DefaultsHelpFormatter
 from harness.comm_hook import HOOK_NAMES
 from harness.errors import UsageError
 
@@ -328,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="train.py",
         description="Train a real model with Lightning DDP and time every bucketed gradient all_reduce.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     add = parser.add_argument
     add("--model", default=_default("model"), help=f"one of: {', '.join(MODEL_NAMES)}")
@@ -342,7 +343,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--accelerator", default=_default("accelerator"), help=f"one of: {', '.join(ACCELERATORS)}")
     add("--devices", type=int, help="processes per node (default: from torchrun/SLURM, all GPUs, or 2 on CPU)")
     add("--num-nodes", type=int, help="nodes (default: from torchrun/SLURM, else 1)")
-    add("--accumulate-grad-batches", type=int, default=_default("accumulate_grad_batches"))
+    add(
+        "--accumulate-grad-batches",
+        type=int,
+        default=_default("accumulate_grad_batches"),
+        help="micro-batches per optimizer step (DDP communicates once per step)",
+    )
     add("--bucket-cap-mb", type=float, help="DDP bucket cap in MiB (default: DDP's 25)")
     add("--gradient-as-bucket-view", action="store_true", help="let gradients alias DDP's bucket buffers")
     add("--static-graph", action="store_true", help="tell DDP the graph does not change between steps")

@@ -81,7 +81,10 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     assert summary["ddp_logging"]["comm_hook"] == "timed_allreduce_hook"
     assert summary["totals"]["compute_only_ms"] > 0 and len(summary["calibration_samples_ms"]) == 5
     assert summary["totals"]["exposed_ms_p50"] is not None and summary["last_rank_spread"]["step"] == 8
-    assert summary["overhead_s"]["gathers"] == 5 and summary["overhead_s"]["calibration"] > 0
+    overhead = summary["overhead_s"]
+    assert overhead["gathers"] == 5 and overhead["calibration"] > 0
+    # Calibration is 5 of the run's steps, so it is a part of all steps' time, never all of it.
+    assert overhead["calibration"] + overhead["rank_gathers"] < overhead["all_steps"]
     assert all(
         key.startswith(("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_", "WORLD", "LOCAL", "MASTER", "SLURM"))
         for key in summary["env"]
@@ -89,6 +92,7 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     assert summary["env"]["NCCL_NVLS_ENABLE"] == "0"
     # The table on stdout: one row per bucket.
     assert "# Gradient communication: 2 ranks, gloo" in proc.stdout
+    assert "# harness overhead: calibration" in proc.stdout
     # hparams live in the run's own event file (the HParams plugin's session data).
     assert "_hparams_/session_start_info" in acc.summary_metadata
 
