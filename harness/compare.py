@@ -5,6 +5,7 @@
     python -m harness.compare runs/ --baseline bucket0.5               # baseline: exact path or a unique substring
     python -m harness.compare runs/ --sort samples_per_s --descending
     python -m harness.compare runs/ --markdown cmp.md --csv cmp.csv    # a GitHub table for a pull request
+    python -m harness.compare runs/ --group-repeats                    # one row per run name: median of repeats
 
 A run is a directory holding summary.json and/or TensorBoard event files (`<logdir>/<run_name>/<version>/`
 as train.py writes them); directories are searched recursively and a run is named by its path relative to
@@ -12,7 +13,13 @@ the directory given. Each number comes from summary.json's totals; where summary
 run has no summary.json at all), it is the median of the event file's per-step scalars, warm-up steps
 (`step/warmup` = 1) left out. Such a run is marked incomplete. Values that neither holds show as "—".
 
-Changes against the baseline (default: the first run by name) are relative, in %, for samples/s, step ms,
+Runs are ordered by name with numbers compared by value (bucket1, bucket5, bucket25, bucket100). Repeats
+of one configuration (train.py run again with the same --run-name, or harness.sweep_settings --repeat) are
+versions under one run name; `--group-repeats` shows one row per run name instead: the median over its runs
+of each column, how many runs, and how far their step times spread ((max − min) / median), which says
+whether a difference between rows is larger than the run-to-run noise.
+
+Changes against the baseline (default: the first row by name) are relative, in %, for samples/s, step ms,
 comm ms and exposed ms, and absolute, in percentage points, for overlap. Units as in METRICS.md: ms,
 decimal GB/s. Nothing is unpickled: summary.json is JSON and event files are protocol buffers.
 """
@@ -21,10 +28,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +105,8 @@ class Row:
     complete: bool
     note: str
     is_baseline: bool = False
+    runs: int = 1  # with --group-repeats: how many runs this row is the median of
+    step_spread_pct: float | None = None  # with --group-repeats: (max − min) / median of the runs' step ms, %
 
 
 # -- pure: values, changes, baseline, rows -----------------------------------------------------------
@@ -116,21 +127,32 @@ def change_pt(value: float | None, base: float | None) -> float | None:
     return value - base
 
 
+def natural_key(name: str) -> list[str | int]:
+    """Sort key that compares the numbers inside names by value: bucket1 < bucket5 < bucket25 < bucket100."""
+    # re.split with a group alternates text and digits, so equal positions always hold the same type.
+    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", name))]
+
+
+def run_group(name: str) -> str:
+    """The run name of a run (`<run_name>/<version>` -> `<run_name>`): repeats of one configuration share it."""
+    return name.rsplit("/", 1)[0] if "/" in name else name
+
+
 def select_baseline(names: Sequence[str], query: str | None) -> str:
     """The baseline's name: `query` matching a name exactly, else the one name containing it; default the first
     name in sorted order. A query that matches none or several is a UsageError listing the candidates."""
     if not names:
         raise UsageError("no runs to compare")
     if query is None:
-        return sorted(names)[0]
+        return min(names, key=natural_key)
     wanted = query.rstrip("/") or query
     if wanted in names:
         return wanted
-    matches = sorted(name for name in names if wanted in name)
+    matches = sorted((name for name in names if wanted in name), key=natural_key)
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise UsageError(f"--baseline {query!r} matches no run; runs: {', '.join(sorted(names))}")
+        raise UsageError(f"--baseline {query!r} matches no run; runs: {', '.join(sorted(names, key=natural_key))}")
     raise UsageError(f"--baseline {query!r} is ambiguous; it matches: {', '.join(matches)}")
 
 
@@ -203,40 +225,87 @@ def run_status(run: RunData) -> tuple[bool, str]:
     return True, ""
 
 
-def build_rows(runs: Sequence[RunData], baseline: str | None = None) -> list[Row]:
-    """One row per run (in name order), with changes against the baseline run (see select_baseline)."""
-    runs = sorted(runs, key=lambda r: r.name)
-    base_name = select_baseline([r.name for r in runs], baseline)
-    values = {r.name: run_values(r) for r in runs}
-    base = values[base_name]
-    rows = []
-    for run in runs:
-        changes: dict[str, float | None] = {}
-        for metric in METRICS:
-            if metric.change == "pct":
-                changes[metric.key] = change_pct(values[run.name][metric.key], base[metric.key])
-            elif metric.change == "pt":
-                changes[metric.key] = change_pt(values[run.name][metric.key], base[metric.key])
-        complete, note = run_status(run)
-        rows.append(
-            Row(
-                name=run.name,
-                settings=run_settings(run),
-                values=values[run.name],
-                changes=changes,
-                sample_unit=(run.summary or {}).get("sample_unit"),
-                complete=complete,
-                note=note,
-                is_baseline=run.name == base_name,
-            )
-        )
-    return rows
+def build_rows(runs: Sequence[RunData], baseline: str | None = None, group_repeats: bool = False) -> list[Row]:
+    """One row per run, or per run name with `group_repeats` (the median of its runs), in natural name order,
+    with changes against the baseline row (see select_baseline)."""
+    runs = sorted(runs, key=lambda r: natural_key(r.name))
+    if group_repeats:
+        groups: dict[str, list[RunData]] = {}
+        for run in runs:
+            groups.setdefault(run_group(run.name), []).append(run)
+        rows = [_group_row(name, members) for name, members in groups.items()]
+    else:
+        rows = [_run_row(run) for run in runs]
+    base_name = select_baseline([r.name for r in rows], baseline)
+    base = next(r for r in rows if r.name == base_name).values
+    return [
+        dataclasses.replace(row, changes=_changes(row.values, base), is_baseline=row.name == base_name) for row in rows
+    ]
+
+
+def _run_row(run: RunData) -> Row:
+    complete, note = run_status(run)
+    return Row(
+        name=run.name,
+        settings=run_settings(run),
+        values=run_values(run),
+        changes={},
+        sample_unit=(run.summary or {}).get("sample_unit"),
+        complete=complete,
+        note=note,
+    )
+
+
+def _group_row(name: str, members: Sequence[RunData]) -> Row:
+    """The median of each column over a run name's runs; busbw from the median comm time, as for one run."""
+    member_rows = [_run_row(run) for run in members]
+    values: dict[str, float | None] = {}
+    for metric in METRICS:
+        known = [row.values[metric.key] for row in member_rows if row.values[metric.key] is not None]
+        values[metric.key] = percentile(known, 50) if known else None
+    # busbw is bytes × factor / time: scale one run's busbw by its comm time over the median comm time.
+    values["busbw_gbps"] = next(
+        (
+            row.values["busbw_gbps"] * row.values["comm_ms"] / values["comm_ms"]
+            for row in member_rows
+            if row.values["busbw_gbps"] is not None and row.values["comm_ms"] and values["comm_ms"]
+        ),
+        None,
+    )
+    steps = [row.values["step_ms"] for row in member_rows if row.values["step_ms"] is not None]
+    spread = (max(steps) - min(steps)) / percentile(steps, 50) * 100 if len(steps) > 1 else None
+    settings = member_rows[0].settings
+    notes = [f"{row.name}: {row.note}" for row in member_rows if not row.complete]
+    if any(row.settings != settings for row in member_rows):
+        notes.append("its runs' settings differ")
+    units = {row.sample_unit for row in member_rows}
+    return Row(
+        name=name,
+        settings=settings,
+        values=values,
+        changes={},
+        sample_unit=units.pop() if len(units) == 1 else None,
+        complete=not notes,
+        note="; ".join(notes),
+        runs=len(member_rows),
+        step_spread_pct=spread,
+    )
+
+
+def _changes(values: dict[str, float | None], base: dict[str, float | None]) -> dict[str, float | None]:
+    changes: dict[str, float | None] = {}
+    for metric in METRICS:
+        if metric.change == "pct":
+            changes[metric.key] = change_pct(values[metric.key], base[metric.key])
+        elif metric.change == "pt":
+            changes[metric.key] = change_pt(values[metric.key], base[metric.key])
+    return changes
 
 
 def sort_rows(rows: Sequence[Row], key: str, descending: bool = False) -> list[Row]:
     """Rows ordered by `key` ("run" or a metric key); rows without that value go last either way."""
     if key == "run":
-        return sorted(rows, key=lambda r: r.name, reverse=descending)
+        return sorted(rows, key=lambda r: natural_key(r.name), reverse=descending)
     known = [r for r in rows if r.values.get(key) is not None]
     unknown = [r for r in rows if r.values.get(key) is None]
     return sorted(known, key=lambda r: r.values[key], reverse=descending) + unknown
@@ -283,7 +352,10 @@ def table_cells(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
     """Header and cells shared by the text and Markdown tables."""
     units = {r.sample_unit for r in rows if r.sample_unit}
     rate = f"{units.pop()}s/s" if len(units) == 1 else "samples/s"  # images/s or tokens/s where all agree
+    grouped = _grouped(rows)
     header = ["run", *(title for _, title in SETTINGS)]
+    if grouped:
+        header += ["runs", "step spread %"]
     for metric in METRICS:
         header.append(rate if metric.key == "samples_per_s" else metric.header)
         if metric.change:
@@ -292,6 +364,8 @@ def table_cells(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
     cells = []
     for row in rows:
         line = [row.name, *(row.settings[key] for key, _ in SETTINGS)]
+        if grouped:
+            line += [str(row.runs), format_number(row.step_spread_pct, ".1f")]
         for metric in METRICS:
             line.append(format_number(row.values[metric.key], metric.spec))
             if metric.change:
@@ -301,11 +375,20 @@ def table_cells(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
     return header, cells
 
 
+def _grouped(rows: Sequence[Row]) -> bool:
+    return any(r.runs > 1 for r in rows)
+
+
 def _notes(rows: Sequence[Row]) -> list[str]:
     base = next(r.name for r in rows if r.is_baseline)
     notes = [
         f"baseline: {base}; Δ against it in % (overlap in percentage points); medians after warm-up",
     ]
+    if _grouped(rows):
+        notes.append(
+            "each row is the median of its runs (repeats of one run name); step spread: (max − min) / median of "
+            "their step ms: a Δ smaller than the spread is within run-to-run noise"
+        )
     notes += [f"incomplete: {r.name}: {r.note}" for r in rows if not r.complete]
     return notes
 
@@ -341,7 +424,7 @@ def format_markdown(rows: Sequence[Row]) -> str:
 
 def format_csv(rows: Sequence[Row]) -> str:
     """Every value at full precision, unknown values empty, changes in their own columns."""
-    columns = ["run", *(key for key, _ in SETTINGS), "sample_unit"]
+    columns = ["run", *(key for key, _ in SETTINGS), "sample_unit", "runs", "step_spread_pct"]
     for metric in METRICS:
         columns.append(metric.key)
         if metric.change:
@@ -351,7 +434,12 @@ def format_csv(rows: Sequence[Row]) -> str:
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        record: dict[str, Any] = {"run": row.name, "sample_unit": row.sample_unit or ""}
+        record: dict[str, Any] = {
+            "run": row.name,
+            "sample_unit": row.sample_unit or "",
+            "runs": row.runs,
+            "step_spread_pct": _csv_number(row.step_spread_pct),
+        }
         record.update({key: "" if text == MISSING else text for key, text in row.settings.items()})
         for metric in METRICS:
             record[metric.key] = _csv_number(row.values[metric.key])
@@ -465,18 +553,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--descending", action="store_true", help="sort from the largest value")
     parser.add_argument("--markdown", metavar="PATH", help="also write a GitHub Markdown table here")
     parser.add_argument("--csv", metavar="PATH", help="also write the rows as CSV here")
+    parser.add_argument(
+        "--group-repeats",
+        action="store_true",
+        help="one row per run name: the median of its runs (repeats), their count and step-time spread",
+    )
     return parser
 
 
-def compare(paths: Sequence[str], baseline: str | None = None) -> list[Row]:
-    """Load every run under `paths` and build its row (UsageError when there is none)."""
+def compare(paths: Sequence[str], baseline: str | None = None, group_repeats: bool = False) -> list[Row]:
+    """Load every run under `paths` and build the rows (UsageError when there is none)."""
     found = find_runs(paths)
     if not found:
         raise UsageError(
             f"no runs found under {', '.join(paths)} (a run directory holds {SUMMARY_FILE} or "
             f"{EVENT_FILE_PREFIX}* files)"
         )
-    return build_rows([load_run(name, path) for name, path in found], baseline)
+    return build_rows([load_run(name, path) for name, path in found], baseline, group_repeats)
 
 
 def _write(path: str, text: str, flag: str) -> None:
@@ -488,7 +581,7 @@ def _write(path: str, text: str, flag: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    rows = sort_rows(compare(args.paths, args.baseline), args.sort, args.descending)
+    rows = sort_rows(compare(args.paths, args.baseline, args.group_repeats), args.sort, args.descending)
     print(format_text(rows))
     if args.markdown:
         _write(args.markdown, format_markdown(rows), "--markdown")

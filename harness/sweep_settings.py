@@ -10,6 +10,11 @@ under --logdir, with its output in <logdir>/logs/<run>.log. A configuration that
 the sweep goes on; Ctrl-C stops it and still shows the table of the runs that finished. Arguments after
 `--` go to every train.py run unchanged. The table is harness.compare's, also written as Markdown and CSV
 into --logdir.
+
+`--repeat N` runs the whole grid N times, every other pass in reverse order so that a machine that drifts
+during the sweep does not favour the configurations that come first. A repeat is another version under the
+same run name, and the table then shows one row per configuration: the median of its N runs, with the spread
+of their step times, so a difference smaller than the spread reads as noise.
 """
 
 from __future__ import annotations
@@ -48,6 +53,14 @@ def parse_list(flag: str, text: str, convert: type) -> list:
 def grid(bucket_caps: list[float], hooks: list[str]) -> list[dict[str, str]]:
     """Every (bucket cap, hook) combination, as train.py flag values."""
     return [{"--bucket-cap-mb": f"{cap:g}", "--comm-hook": hook} for cap, hook in itertools.product(bucket_caps, hooks)]
+
+
+def run_order(configs: list[dict[str, str]], repeats: int) -> list[tuple[int, dict[str, str]]]:
+    """(repeat, config) in run order: the grid once per repeat, every second pass reversed."""
+    order = []
+    for repeat in range(1, repeats + 1):
+        order += [(repeat, config) for config in (configs if repeat % 2 else configs[::-1])]
+    return order
 
 
 def run_name(model: str, config: dict[str, str]) -> str:
@@ -91,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--logdir", help="where the runs go (default: runs/sweep-<model>-<time>)")
     parser.add_argument("--launcher", default="", help='prefix for each run, e.g. "torchrun --nproc-per-node 8"')
     parser.add_argument("--baseline", help="baseline run for the table (default: the first)")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run the grid this many times; the table shows each row's median"
+    )
     parser.add_argument("train_args", nargs="*", help="after --: arguments for every train.py run")
     return parser
 
@@ -105,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [hook for hook in hooks if hook not in HOOK_NAMES]
     if unknown:
         raise UsageError(f"--comm-hook {', '.join(unknown)} not known; choose from: {', '.join(HOOK_NAMES)}")
+    if args.repeat < 1:
+        raise UsageError(f"--repeat {args.repeat}: must be at least 1")
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     logdir = Path(args.logdir or f"runs/sweep-{args.model}-{stamp}")
     try:
@@ -112,22 +130,24 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         raise UsageError(f"--logdir {str(logdir)!r} cannot be created: {err.strerror}") from None
     launcher = shlex.split(args.launcher)
-    configs = grid(caps, hooks)
+    schedule = run_order(grid(caps, hooks), args.repeat)
     failed = []
     try:
-        for i, config in enumerate(configs, 1):
+        for i, (repeat, config) in enumerate(schedule, 1):
             name = run_name(args.model, config)
+            log_name = f"{name}.log" if args.repeat == 1 else f"{name}-repeat{repeat}.log"
+            progress = f"[{i}/{len(schedule)}] {name}" + (f" (repeat {repeat})" if args.repeat > 1 else "")
             cmd = build_command(launcher, args.model, config, logdir, args.train_args)
-            print(f"[{i}/{len(configs)}] {name}: {shlex.join(cmd)}", flush=True)
-            code, seconds = run_config(cmd, logdir / "logs" / f"{name}.log")
-            status = "ok" if code == 0 else f"FAILED (exit {code}, see logs/{name}.log)"
-            print(f"[{i}/{len(configs)}] {name}: {status} in {seconds:.0f} s", flush=True)
+            print(f"{progress}: {shlex.join(cmd)}", flush=True)
+            code, seconds = run_config(cmd, logdir / "logs" / log_name)
+            status = "ok" if code == 0 else f"FAILED (exit {code}, see logs/{log_name})"
+            print(f"{progress}: {status} in {seconds:.0f} s", flush=True)
             if code != 0:
                 failed.append(name)
     except KeyboardInterrupt:
         print("interrupted: comparing the runs that finished", file=sys.stderr)
         failed.append("(interrupted)")
-    rows = compare.compare([str(logdir)], args.baseline)
+    rows = compare.compare([str(logdir)], args.baseline, group_repeats=args.repeat > 1)
     print(compare.format_text(rows))
     (logdir / "comparison.md").write_text(compare.format_markdown(rows))
     (logdir / "comparison.csv").write_text(compare.format_csv(rows))

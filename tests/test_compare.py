@@ -181,6 +181,50 @@ def test_event_medians_leave_out_warmup_and_rebuild_missing_values():
     assert not row.complete and "no summary.json" in row.note
 
 
+def test_rows_in_natural_order_numbers_by_value():
+    names = ["sweep/bucket100/v", "sweep/bucket25/v", "sweep/bucket5/v", "sweep/bucket1/v", "sweep/bucket0.5/v"]
+    rows = build_rows([RunData(name, summary=summary_with(step_ms=10.0)) for name in names])
+    expected = ["sweep/bucket0.5/v", "sweep/bucket1/v", "sweep/bucket5/v", "sweep/bucket25/v", "sweep/bucket100/v"]
+    assert [r.name for r in rows] == expected
+    assert rows[0].is_baseline, "the default baseline is the first in that order"
+    assert [r.name for r in sort_rows(rows, "run", descending=True)] == expected[::-1]
+
+
+def test_group_repeats_takes_each_columns_median_and_the_step_spread():
+    def run(name: str, step: float, comm: float, busbw: float | None, completed: bool = True) -> RunData:
+        totals = {"step_ms": step, "comm_ms": comm, "busbw_gbps": busbw, "samples_per_s": 1000.0 / step}
+        return RunData(name, summary=summary_with(completed=completed, **totals))
+
+    runs = [
+        run("bucket1/v3", 12.0, 6.0, 1.0),
+        run("bucket1/v1", 10.0, 4.0, 1.5),
+        run("bucket1/v2", 11.0, 5.0, 1.2),
+        run("bucket25/v1", 22.0, 2.0, None),
+        run("bucket25/v2", 20.0, 3.0, 2.0, completed=False),
+    ]
+    one, many = build_rows(runs), build_rows(runs, group_repeats=True)
+    assert len(one) == 5 and all(r.runs == 1 and r.step_spread_pct is None for r in one)
+    assert [r.name for r in many] == ["bucket1", "bucket25"]
+    b1, b25 = many
+    assert b1.runs == 3 and b1.values["step_ms"] == pytest.approx(11.0) and b1.values["comm_ms"] == 5.0
+    assert b1.step_spread_pct == pytest.approx((12.0 - 10.0) / 11.0 * 100)
+    # busbw ∝ 1 / comm time for the same bytes: from the median comm time, not a median of bandwidths.
+    assert b1.values["busbw_gbps"] == pytest.approx(1.5 * 4.0 / 5.0)
+    assert b25.values["step_ms"] == pytest.approx(21.0), "an even count: the mean of the middle two"
+    assert b25.values["busbw_gbps"] == pytest.approx(2.0 * 3.0 / 2.5), "from the run that has one"
+    assert b1.is_baseline and b25.changes["step_ms"] == pytest.approx((21.0 - 11.0) / 11.0 * 100)
+    assert b1.complete and not b25.complete and "bucket25/v2: did not finish" in b25.note
+
+    text = compare.format_text(many).splitlines()
+    assert "runs" in text[0] and "step spread %" in text[0]
+    assert text[1].split()[:1] == ["bucket1"] and " 3  " in text[1] and "18.2" in text[1]
+    assert any("median of its runs" in line for line in text)
+    assert "runs" not in compare.format_text(one).splitlines()[0].split(), "single runs: no repeat columns"
+    records = list(csv.DictReader(io.StringIO(compare.format_csv(many))))
+    assert records[0]["runs"] == "3" and float(records[0]["step_spread_pct"]) == pytest.approx(18.18, abs=0.01)
+    assert records[1]["step_spread_pct"] != "" and records[1]["complete"] == "False"
+
+
 def test_sort_puts_unknown_values_last():
     rows = build_rows(
         [

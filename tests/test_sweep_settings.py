@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UsageError
-from harness.sweep_settings import build_command, grid, parse_list
+from harness.sweep_settings import build_command, grid, parse_list, run_order
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -23,6 +23,12 @@ def test_grid_and_command():
     assert cmd[-2:] == ["--max-steps", "9"] and "--run-name" in cmd
     with pytest.raises(UsageError, match="--bucket-cap-mb"):
         parse_list("--bucket-cap-mb", "1,five", float)
+
+
+def test_repeats_alternate_the_order():
+    a, b, c = ({"--comm-hook": hook} for hook in ("allreduce", "fp16", "bf16"))
+    assert run_order([a, b, c], 1) == [(1, a), (1, b), (1, c)]
+    assert run_order([a, b, c], 3) == [(1, a), (1, b), (1, c), (2, c), (2, b), (2, a), (3, a), (3, b), (3, c)]
 
 
 @pytest.mark.slow
@@ -41,6 +47,8 @@ def test_sweep_runs_every_configuration_and_compares(tmp_path):
             "allreduce",
             "--logdir",
             str(logdir),
+            "--repeat",
+            "2",
             "--",
             "--max-steps",
             "4",
@@ -51,11 +59,23 @@ def test_sweep_runs_every_configuration_and_compares(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert len(list(logdir.glob("*/*/summary.json"))) == 2
+    # Two configurations, twice each: two versions under each run name, the second pass in reverse order.
+    summaries = sorted(logdir.glob("*/*/summary.json"))
+    assert len(summaries) == 4 and len({path.parent.parent for path in summaries}) == 2
+    started = [line.split(":")[0] for line in proc.stdout.splitlines() if line.startswith("[") and "train.py" in line]
+    assert started == [
+        "[1/4] resnet_tiny-bucket0.25-allreduce (repeat 1)",
+        "[2/4] resnet_tiny-bucket5-allreduce (repeat 1)",
+        "[3/4] resnet_tiny-bucket5-allreduce (repeat 2)",
+        "[4/4] resnet_tiny-bucket0.25-allreduce (repeat 2)",
+    ]
+    assert len(list((logdir / "logs").glob("*-repeat2.log"))) == 2
     with open(logdir / "comparison.csv") as f:
         rows = list(csv.DictReader(f))
-    assert sorted(row["bucket_cap_mb"] for row in rows) == ["0.25", "5"], rows
-    assert "| run |" in (logdir / "comparison.md").read_text()
+    assert [row["bucket_cap_mb"] for row in rows] == ["0.25", "5"], "one row per configuration, numbers in order"
+    assert [row["runs"] for row in rows] == ["2", "2"] and all(row["step_spread_pct"] for row in rows)
+    markdown = (logdir / "comparison.md").read_text()
+    assert "| run |" in markdown and "step spread %" in markdown
 
 
 @pytest.mark.parametrize(
@@ -64,6 +84,7 @@ def test_sweep_runs_every_configuration_and_compares(tmp_path):
         (["--comm-hook", "gzip"], "--comm-hook"),
         (["--bucket-cap-mb", "0,5"], "--bucket-cap-mb"),
         (["--model", "nope"], "--model"),
+        (["--repeat", "0"], "--repeat"),
     ],
 )
 def test_bad_grid_is_one_line_exit_2(args, flag, tmp_path):
