@@ -1,6 +1,6 @@
 """How far harness.predict is from measured training: gloo on this CPU at world sizes 2, 3 and 4.
 
-    python -m bench.predict_error                                 # several minutes on 2 cores
+    python -m bench.predict_error                                 # about 2 minutes on 2 idle cores
     python -m bench.predict_error --world-sizes 2,3 --model resnet_tiny --max-steps 6   # quick look
 
 For each world size n it runs a raw all_reduce sweep at n (python -m harness.raw_sweep) and a train.py run
@@ -12,12 +12,7 @@ measured. Prints one Markdown table; `--out DIR` keeps the sweeps and runs.
 On a 2-core machine every rank shares the cores with the others and with backward, so measured training
 communication is slower than the sweep's (which has the cores to itself); the error is mostly that.
 
-Seen 2026-12-02 (torch 2.14.1, 2 cores, resnet18 at 64 px, batch 2; three runs of the default command, the
-first with 10 steps, then 20): at the sweep's own world size, predicted per-step communication was 28 to 63 % below the
-measured (measured/predicted 1.4 to 2.7); predicted from the fit at 2 ranks, 45 to 69 % below at 3 and 4
-ranks. The raw sweeps themselves moved between runs (α at 2 ranks 0.55 to 3.5 ms, busbw 0.85 to 1.35
-GB/s), and the sweep at 3 and 4 ranks predicted from 2 ranks was off by −57 to +100 % (median over sizes):
-with more ranks than cores the operating system's scheduling, not the formulas, sets the time.
+Measured figures, with their dates and machine: docs/BENCHMARKS.md, "Prediction against the network".
 """
 
 from __future__ import annotations
