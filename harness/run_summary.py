@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -192,8 +193,21 @@ def log_hparams(logger: Any, summary: dict[str, Any]) -> None:
     logger.log_hyperparams(params, metrics)
 
 
-def add_custom_scalar_layout(writer: Any) -> None:
-    """Group the comm charts in TensorBoard's Custom Scalars tab (written once per run)."""
+# Each bucket's time is also logged as a band: p10, p50 and p90 over its last BUCKET_BAND_STEPS measured steps
+# (warm-up and calibration left out), shown as Custom Scalars margin charts.
+BUCKET_BAND_STEPS = 20
+
+
+def bucket_band_tags(index: int) -> tuple[str, str, str]:
+    """The (p50, p10, p90) tags of bucket `index`'s time band, in a margin chart's (value, lower, upper) order."""
+    prefix = f"comm/bucket_{index:02d}/time_ms"
+    return f"{prefix}_p50", f"{prefix}_p10", f"{prefix}_p90"
+
+
+def add_custom_scalar_layout(writer: Any, bucket_indices: Sequence[int]) -> None:
+    """Group the comm charts in TensorBoard's Custom Scalars tab (written once per run, when the buckets are
+    known): one margin chart per bucket, p50 with its p10–p90 band."""
+    bands = {f"bucket {i:02d}": ["Margin", list(bucket_band_tags(i))] for i in sorted(bucket_indices)}
     writer.add_custom_scalars(
         {
             "step": {
@@ -208,6 +222,7 @@ def add_custom_scalar_layout(writer: Any) -> None:
                 "bucket busbw": ["Multiline", [r"comm/bucket_\d+/busbw_gbps"]],
                 "slowest bucket": ["Multiline", ["comm/max_bucket_ms"]],
             },
+            f"bucket time: p50, p10–p90 band (last {BUCKET_BAND_STEPS} steps)": bands,
             "ranks": {
                 "skew": ["Multiline", ["ranks/step_ms_skew", "ranks/comm_ms_skew", "ranks/bucket_ms_skew_max"]],
                 "slowest rank": ["Multiline", ["ranks/slowest_rank"]],

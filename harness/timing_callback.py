@@ -22,6 +22,7 @@ import re
 import signal
 import time
 import traceback
+from collections import deque
 from typing import Any
 
 import lightning.pytorch as pl
@@ -32,7 +33,7 @@ from harness import run_summary
 from harness.bucket_layout import DEFAULT_BUCKET_CAP_MB
 from harness.calibration import Calibration, zero_gradients
 from harness.comm_hook import BucketTiming, ResolvedStep, TimedHookState, make_hook_state, register_timed_hook
-from harness.metrics import busbw_gbps
+from harness.metrics import busbw_gbps, percentile
 from harness.rank_gather import RankGatherer, RankSpread
 from harness.step_stats import RunAggregate, StepStats, step_stats
 from harness.sweep_engine import Interrupted
@@ -74,6 +75,9 @@ class CommTimingCallback(pl.Callback):
         # time of all the run's steps that it is a share of.
         self.overhead_s = {"calibration": 0.0, "rank_gathers": 0.0, "all_steps": 0.0}
         self.gathers = 0
+        # Each bucket's last measured times, for its p10/p50/p90 band; the layout is written once they exist.
+        self._bucket_windows: dict[int, deque[float]] = {}
+        self._layout_written = False
         self._current_step = -1
         self._writer = None
         self._trainer: pl.Trainer | None = None
@@ -146,7 +150,6 @@ class CommTimingCallback(pl.Callback):
             self.gatherer = RankGatherer(self.world_size)
         if trainer.is_global_zero and trainer.logger is not None:
             self._writer = trainer.logger.experiment
-            run_summary.add_custom_scalar_layout(self._writer)
         self.phase = "the first step (Lightning's barrier before training)"
 
     # -- per step -----------------------------------------------------------------------------------
@@ -201,8 +204,11 @@ class CommTimingCallback(pl.Callback):
             self.overhead_s["rank_gathers"] += time.perf_counter() - start
             self.gathers += 1
             self.last_spread = spread
+        bands = {} if stats.warmup or calibrating else self._bucket_bands(resolved.timings)
         if self._writer is not None:
-            _log_step(self._writer, stats, resolved.timings, self.world_size, spread)
+            if bands and not self._layout_written:  # DDP's buckets are final once warm-up is over
+                self._write_layout()
+            _log_step(self._writer, stats, resolved.timings, self.world_size, spread, bands)
             if not self.finished and time.monotonic() - self._last_summary_s > SUMMARY_EVERY_S:
                 self._last_summary_s = time.monotonic()
                 reason = (
@@ -210,6 +216,19 @@ class CommTimingCallback(pl.Callback):
                     "run ends; if it is the last one, the run was killed before it could report"
                 )
                 self._write_summary(self._trainer, completed=False, reason=reason, final=False)
+
+    def _bucket_bands(self, timings: list[BucketTiming]) -> dict[int, tuple[float, float, float]]:
+        """Each bucket's (p50, p10, p90) time over its last BUCKET_BAND_STEPS measured steps, this one included."""
+        bands = {}
+        for t in timings:
+            window = self._bucket_windows.setdefault(t.index, deque(maxlen=run_summary.BUCKET_BAND_STEPS))
+            window.append(t.time_ms)
+            bands[t.index] = (percentile(window, 50), percentile(window, 10), percentile(window, 90))
+        return bands
+
+    def _write_layout(self) -> None:
+        run_summary.add_custom_scalar_layout(self._writer, sorted(self._bucket_windows))
+        self._layout_written = True
 
     # -- the end ------------------------------------------------------------------------------------
 
@@ -273,6 +292,8 @@ class CommTimingCallback(pl.Callback):
         if completed:
             print(run_summary.format_table(summary), flush=True)
         if self._writer is not None:
+            if not self._layout_written:  # a run that ended before its first measured step
+                self._write_layout()
             run_summary.log_hparams(trainer.logger, summary)
             self._writer.flush()
         self._final_summary_written = True
@@ -295,7 +316,12 @@ class CommTimingCallback(pl.Callback):
 
 
 def _log_step(
-    writer: Any, stats: StepStats, timings: list[BucketTiming], world_size: int, spread: RankSpread | None
+    writer: Any,
+    stats: StepStats,
+    timings: list[BucketTiming],
+    world_size: int,
+    spread: RankSpread | None,
+    bands: dict[int, tuple[float, float, float]],
 ) -> None:
     scalars = {
         "step/time_ms": stats.step_ms,
@@ -322,6 +348,8 @@ def _log_step(
         scalars[f"{prefix}/ready_to_done_ms"] = t.ready_to_done_ms
         if t.exec_ms is not None:
             scalars[f"{prefix}/exec_ms"] = t.exec_ms
+        if t.index in bands:
+            scalars.update(zip(run_summary.bucket_band_tags(t.index), bands[t.index], strict=True))
     if spread is not None:
         scalars.update(
             {

@@ -19,6 +19,8 @@ import pytest
 
 from tests.train_runs import BUCKET_TAGS, PROMISED_TAGS, train_env
 
+BAND_TAGS = ["time_ms_p50", "time_ms_p10", "time_ms_p90"]  # a margin chart's value, lower, upper
+
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = {"bucket0.5": ["--bucket-cap-mb", "0.5"], "fp16": ["--comm-hook", "fp16"]}
 HPARAM_NAMES = ["model", "world_size", "backend", "bucket_cap_mb", "comm_hook", "precision", "batch_size"]
@@ -96,12 +98,12 @@ def start_tensorboard(logdir: Path, log_path: Path, expected_runs: set[str]) -> 
     )
 
 
-def written_layout() -> dict[str, dict[str, list]]:
+def written_layout(bucket_indices: list[int]) -> dict[str, dict[str, list]]:
     """The layout run_summary.add_custom_scalar_layout hands to the writer: {category: {title: [kind, tags]}}."""
     from harness.run_summary import add_custom_scalar_layout
 
     captured: list[dict] = []
-    add_custom_scalar_layout(SimpleNamespace(add_custom_scalars=captured.append))
+    add_custom_scalar_layout(SimpleNamespace(add_custom_scalars=captured.append), bucket_indices)
     (layout,) = captured
     return layout
 
@@ -132,6 +134,7 @@ def test_tensorboard_serves_runs_tags_hparams_and_layout(runs, tmp_path):
         assert set(request(port, "/data/runs")) == set(names.values())
 
         tags = request(port, "/data/plugin/scalars/tags")
+        bucket_indices: set[int] = set()
         for run in names.values():
             assert run in tags, sorted(tags)
             run_tags = set(tags[run])
@@ -140,8 +143,9 @@ def test_tensorboard_serves_runs_tags_hparams_and_layout(runs, tmp_path):
             buckets = sorted({tag.split("/")[1] for tag in run_tags if tag.startswith("comm/bucket_")})
             assert buckets and buckets[0] == "bucket_00", (run, buckets)
             for bucket in buckets:
-                for name in BUCKET_TAGS:
+                for name in [*BUCKET_TAGS, *BAND_TAGS]:
                     assert f"comm/{bucket}/{name}" in run_tags, (run, bucket, name)
+            bucket_indices |= {int(bucket.removeprefix("bucket_")) for bucket in buckets}
         assert "comm/bucket_01/time_ms" in tags[names["bucket0.5"]], "a 0.5 MiB cap makes several buckets"
         for run in names.values():
             query = urllib.parse.urlencode({"run": run, "tag": "step/time_ms"})
@@ -180,7 +184,11 @@ def test_tensorboard_serves_runs_tags_hparams_and_layout(runs, tmp_path):
             category["title"]: {chart["title"]: served_chart(chart) for chart in category["chart"]}
             for category in layout["category"]
         }
-        assert served == written_layout()
+        # TensorBoard merges the runs' layouts: one margin chart for every bucket of any run.
+        assert served == written_layout(sorted(bucket_indices))
         assert served["comm"]["bandwidth"][1][0] == "comm/busbw_gbps"
+        (bands,) = [charts for title, charts in served.items() if title.startswith("bucket time: p50")]
+        assert len(bands) == len(bucket_indices) > 1
+        assert bands["bucket 00"] == ["Margin", [f"comm/bucket_00/{tag}" for tag in BAND_TAGS]]
     finally:
         stop(proc)

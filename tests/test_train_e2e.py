@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from harness.metrics import percentile
 from models import get_model_spec, trainable_parameters
 from tests import train_runs
 from tests.train_runs import BUCKET_TAGS, PROMISED_TAGS
@@ -65,6 +66,17 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     for tag in ("comm/exposed_ms", "comm/overlap_pct"):
         assert [e.step for e in acc.Scalars(tag)] == [7, 8, 9], tag
     assert [e.step for e in acc.Scalars("step/fwd_bwd_ms")] == list(range(steps))
+    # Each bucket's band: p10/p50/p90 of its own time over the measured steps so far (warm-up and
+    # calibration left out), recomputed here from the bucket's logged times.
+    for i in range(buckets_per_step[last]):
+        times = {e.step: e.value for e in acc.Scalars(f"comm/bucket_{i:02d}/time_ms")}
+        band = {q: acc.Scalars(f"comm/bucket_{i:02d}/time_ms_p{q}") for q in (10, 50, 90)}
+        assert [e.step for e in band[50]] == [7, 8, 9], i
+        for p10, p50, p90 in zip(band[10], band[50], band[90], strict=True):
+            window = [times[step] for step in range(7, p50.step + 1)]
+            assert p50.value == pytest.approx(percentile(window, 50), rel=1e-5)
+            assert p10.value == pytest.approx(percentile(window, 10), rel=1e-5)
+            assert p10.value <= p50.value <= p90.value
     # Cross-rank gathers every 2 steps.
     for tag in ("ranks/step_ms_skew", "ranks/slowest_rank", "comm/busbw_fastest_rank_gbps"):
         assert [e.step for e in acc.Scalars(tag)] == [0, 2, 4, 6, 8], tag
