@@ -10,11 +10,13 @@ The Trainers run --warmup-steps + --steps steps. All are timed by wall clock ove
 with the GPU drained at both ends. Ratios are variant ms / plain ms per round (1.0: it costs nothing), and
 the throughput fraction is plain / harness.
 
-Each variant's main-thread CPU time per step (`time.thread_time`, over the same window) is reported too: a
-training step is host-bound once it nears the wall time, so the gap between the two is the host headroom,
-and the harness's extra CPU per step is what it costs once that headroom is gone (a busy host, a small batch).
-`--profile FILE` writes cProfile statistics of the last harness round's main thread to FILE and prints the
-functions that take most of its time.
+Each variant's CPU time per step over the same window is reported too, of the main thread
+(`time.thread_time`: the training loop, the callbacks, the forward) and of the whole process
+(`time.process_time`: also autograd's backward thread, where the comm hook runs on the GPU, and the
+TensorBoard writer's thread). A step is host-bound once the main thread's CPU time nears the wall time, so
+the gap is the host headroom, and the harness's extra CPU per step is what it costs once that headroom is
+gone (a busy host, a small batch). `--profile FILE` runs one more harness round, not counted, under
+cProfile (main thread only) and writes its statistics to FILE.
 """
 
 from __future__ import annotations
@@ -44,13 +46,26 @@ from harness.trainer import _without_lightning_sigterm, prepare_process_env, run
 from models import get_model_spec
 
 
+def cpu_now() -> tuple[float, float]:
+    """(main thread, whole process) CPU seconds so far; call it on the main thread."""
+    return time.thread_time(), time.process_time()
+
+
+def cpu_ms_since(start: tuple[float, float], steps: int) -> tuple[float, float]:
+    """(main thread, whole process) CPU ms per step since `start`."""
+    thread_s, process_s = cpu_now()
+    return (thread_s - start[0]) * 1e3 / steps, (process_s - start[1]) * 1e3 / steps
+
+
 class WallClockWindow(pl.Callback):
     """Wall-clock ms per step from the start of step `first_step` to the end of training, GPU drained."""
 
     def __init__(self, first_step: int, cuda: bool) -> None:
         self.first_step, self.cuda = first_step, cuda
-        self.start = self.cpu_start = 0.0
-        self.ms_per_step = self.cpu_ms_per_step = float("nan")
+        self.start = 0.0
+        self.cpu_start = (0.0, 0.0)
+        self.ms_per_step = float("nan")
+        self.cpu_ms_per_step = (float("nan"), float("nan"))
 
     def _sync(self) -> None:
         if self.cuda:
@@ -60,13 +75,13 @@ class WallClockWindow(pl.Callback):
         if trainer.global_step == self.first_step and self.start == 0.0:
             self._sync()
             self.start = time.perf_counter()
-            self.cpu_start = time.thread_time()
+            self.cpu_start = cpu_now()
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._sync()
         steps = trainer.global_step - self.first_step
         self.ms_per_step = (time.perf_counter() - self.start) * 1e3 / steps
-        self.cpu_ms_per_step = (time.thread_time() - self.cpu_start) * 1e3 / steps
+        self.cpu_ms_per_step = cpu_ms_since(self.cpu_start, steps)
 
 
 def plain_loop(args: argparse.Namespace, device: torch.device):
@@ -106,7 +121,7 @@ def round_config(args: argparse.Namespace, cuda: bool, logdir: str, round_index:
     ).resolve()
 
 
-def lightning_round(args: argparse.Namespace, cuda: bool, logdir: str, round_index: int, cpu_ms: list[float]) -> float:
+def lightning_round(args: argparse.Namespace, cuda: bool, logdir: str, round_index: int, cpu_ms: list) -> float:
     """Lightning alone: the harness's module, strategy and precision, without the timing callback, hook, logger
     or progress bar. Separates what Lightning's loop costs from what the harness adds to it."""
     cfg = round_config(args, cuda, logdir, round_index)
@@ -134,25 +149,29 @@ def lightning_round(args: argparse.Namespace, cuda: bool, logdir: str, round_ind
     return window.ms_per_step
 
 
-def harness_round(args: argparse.Namespace, cuda: bool, logdir: str, round_index: int, cpu_ms: list[float]) -> float:
+def harness_round(args: argparse.Namespace, cuda: bool, logdir: str, round_index: int, cpu_ms: list) -> float:
     """One harness Trainer run; returns wall ms per step over the window and appends CPU ms per step."""
     cfg = round_config(args, cuda, logdir, round_index)
     window = WallClockWindow(args.warmup_steps, cuda)
-    profile = cProfile.Profile() if args.profile and round_index == args.rounds - 1 else None
-    with profile or contextlib.nullcontext():
-        run_training(cfg, extra_callbacks=[window])
-    if profile is not None and dist.get_rank() == 0:
-        profile.dump_stats(args.profile)
-        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+    run_training(cfg, extra_callbacks=[window])
     cpu_ms.append(window.cpu_ms_per_step)
     return window.ms_per_step
 
 
-def timed_plain_block(step, steps: int, cuda: bool, cpu_ms: list[float]) -> float:
-    """`time_block` of the plain loop; appends its main-thread CPU ms per step."""
-    cpu_start = time.thread_time()
+def profiled_harness_round(args: argparse.Namespace, cuda: bool, logdir: str) -> None:
+    """One more harness round under cProfile, after the measured ones (profiling slows it down)."""
+    with cProfile.Profile() as profile:
+        harness_round(args, cuda, logdir, args.rounds, [])
+    if dist.get_rank() == 0:
+        profile.dump_stats(args.profile)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+
+
+def timed_plain_block(step, steps: int, cuda: bool, cpu_ms: list) -> float:
+    """`time_block` of the plain loop; appends its (main thread, process) CPU ms per step."""
+    cpu_start = cpu_now()
     wall_ms = time_block(step, steps, cuda)
-    cpu_ms.append((time.thread_time() - cpu_start) * 1e3 / steps)
+    cpu_ms.append(cpu_ms_since(cpu_start, steps))
     return wall_ms
 
 
@@ -164,7 +183,7 @@ def worker(args: argparse.Namespace) -> None:
     torch.backends.cudnn.benchmark = cuda  # as the harness Trainer sets it on GPU
     step = plain_loop(args, device)
     time_block(step, args.warmup_steps, cuda)
-    cpu_ms: dict[str, list[float]] = {"plain": [], "lightning": [], "harness": []}
+    cpu_ms: dict[str, list[tuple[float, float]]] = {"plain": [], "lightning": [], "harness": []}
     with tempfile.TemporaryDirectory() as logdir:
         lightning_rounds, harness_rounds = iter(range(args.rounds)), iter(range(args.rounds))
         runners = {
@@ -173,15 +192,21 @@ def worker(args: argparse.Namespace) -> None:
             "harness": lambda: harness_round(args, cuda, logdir, next(harness_rounds), cpu_ms["harness"]),
         }
         samples = interleave(runners, args.rounds)
+        if args.profile:
+            profiled_harness_round(args, cuda, logdir)
     if dist.get_rank() == 0:
         for r in range(args.rounds):
-            cells = [f"{name} {samples[name][r]:.2f} ms/step (CPU {cpu_ms[name][r]:.2f})" for name in samples]
+            cells = []
+            for name in samples:
+                main_ms, process_ms = cpu_ms[name][r]
+                cells.append(f"{name} {samples[name][r]:.2f} ms/step (CPU main {main_ms:.2f}, all {process_ms:.2f})")
             print(f"round {r}: " + ", ".join(cells), flush=True)
         # harness_vs_plain ratio: harness ms / plain ms per round; throughput fraction = 1 / ratio.
         summary = summarize(samples, "plain")
         summary["harness_throughput_fraction_p50"] = 1.0 / summary["harness_vs_plain_ratio_p50"]
         for name, values in cpu_ms.items():
-            summary[f"{name}_cpu_ms_per_step_p50"] = percentile(values, 50)
+            summary[f"{name}_main_thread_cpu_ms_per_step_p50"] = percentile([v[0] for v in values], 50)
+            summary[f"{name}_process_cpu_ms_per_step_p50"] = percentile([v[1] for v in values], 50)
         record = {
             "bench": "trainer_overhead",
             "model": args.model,
@@ -206,7 +231,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", help="append the result as a JSON line to this file")
-    parser.add_argument("--profile", help="write cProfile statistics of the last harness round to this file")
+    parser.add_argument("--profile", help="profile one more harness round (not counted); statistics to this file")
     args = parser.parse_args()
     cfg_probe = TrainConfig(accelerator="gpu" if args.device == "cuda" else "cpu", devices=1)
     prepare_process_env(cfg_probe)  # NVLS off, NCCL timing on, before any process group

@@ -91,6 +91,7 @@ class RunData:
     scalars: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # tag -> [(step, value)]
     hparams: dict[str, Any] = field(default_factory=dict)  # the HParams plugin's values in the event file
     problem: str = ""  # why summary.json could not be used, if it exists but is unreadable
+    group: str = ""  # the run name its repeats share (default: the name without its last part)
 
 
 @dataclass(frozen=True)
@@ -127,10 +128,10 @@ def change_pt(value: float | None, base: float | None) -> float | None:
     return value - base
 
 
-def natural_key(name: str) -> list[str | int]:
-    """Sort key that compares the numbers inside names by value: bucket1 < bucket5 < bucket25 < bucket100."""
-    # re.split with a group alternates text and digits, so equal positions always hold the same type.
-    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", name))]
+def natural_key(name: str) -> list[str | float]:
+    """Sort key that compares the numbers inside names by value: bucket0.25 < bucket0.5 < bucket1 < bucket25."""
+    # re.split with a group alternates text and numbers, so equal positions always hold the same type.
+    return [float(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+(?:\.\d+)?)", name))]
 
 
 def run_group(name: str) -> str:
@@ -232,8 +233,8 @@ def build_rows(runs: Sequence[RunData], baseline: str | None = None, group_repea
     if group_repeats:
         groups: dict[str, list[RunData]] = {}
         for run in runs:
-            groups.setdefault(run_group(run.name), []).append(run)
-        rows = [_group_row(name, members) for name, members in groups.items()]
+            groups.setdefault(run.group or run_group(run.name), []).append(run)
+        rows = [_group_row(name, groups[name]) for name in sorted(groups, key=natural_key)]
     else:
         rows = [_run_row(run) for run in runs]
     base_name = select_baseline([r.name for r in rows], baseline)
@@ -257,8 +258,10 @@ def _run_row(run: RunData) -> Row:
 
 
 def _group_row(name: str, members: Sequence[RunData]) -> Row:
-    """The median of each column over a run name's runs; busbw from the median comm time, as for one run."""
-    member_rows = [_run_row(run) for run in members]
+    """The median of each column over a run name's completed runs (over all of them when none completed);
+    busbw from the median comm time, as for one run."""
+    all_rows = [_run_row(run) for run in members]
+    member_rows = [row for row in all_rows if row.complete] or all_rows
     values: dict[str, float | None] = {}
     for metric in METRICS:
         known = [row.values[metric.key] for row in member_rows if row.values[metric.key] is not None]
@@ -275,7 +278,8 @@ def _group_row(name: str, members: Sequence[RunData]) -> Row:
     steps = [row.values["step_ms"] for row in member_rows if row.values["step_ms"] is not None]
     spread = (max(steps) - min(steps)) / percentile(steps, 50) * 100 if len(steps) > 1 else None
     settings = member_rows[0].settings
-    notes = [f"{row.name}: {row.note}" for row in member_rows if not row.complete]
+    notes = [f"{row.name} left out: {row.note}" for row in all_rows if not row.complete and row not in member_rows]
+    notes += [f"{row.name}: {row.note}" for row in member_rows if not row.complete]
     if any(row.settings != settings for row in member_rows):
         notes.append("its runs' settings differ")
     units = {row.sample_unit for row in member_rows}
@@ -285,7 +289,7 @@ def _group_row(name: str, members: Sequence[RunData]) -> Row:
         values=values,
         changes={},
         sample_unit=units.pop() if len(units) == 1 else None,
-        complete=not notes,
+        complete=all(row.complete for row in member_rows),
         note="; ".join(notes),
         runs=len(member_rows),
         step_spread_pct=spread,
@@ -389,7 +393,7 @@ def _notes(rows: Sequence[Row]) -> list[str]:
             "each row is the median of its runs (repeats of one run name); step spread: (max − min) / median of "
             "their step ms: a Δ smaller than the spread is within run-to-run noise"
         )
-    notes += [f"incomplete: {r.name}: {r.note}" for r in rows if not r.complete]
+    notes += [f"{'' if r.complete else 'incomplete: '}{r.name}: {r.note}" for r in rows if r.note]
     return notes
 
 
@@ -569,7 +573,13 @@ def compare(paths: Sequence[str], baseline: str | None = None, group_repeats: bo
             f"no runs found under {', '.join(paths)} (a run directory holds {SUMMARY_FILE} or "
             f"{EVENT_FILE_PREFIX}* files)"
         )
-    return build_rows([load_run(name, path) for name, path in found], baseline, group_repeats)
+    runs = []
+    for name, path in found:
+        run = load_run(name, path)
+        if "/" not in name:  # a version found directly under the directory given: its run name is that directory
+            run.group = path.parent.name
+        runs.append(run)
+    return build_rows(runs, baseline, group_repeats)
 
 
 def _write(path: str, text: str, flag: str) -> None:

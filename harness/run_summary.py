@@ -218,7 +218,8 @@ def add_custom_scalar_layout(writer: Any, bucket_indices: Sequence[int]) -> None
             },
             "comm": {
                 "bandwidth": ["Multiline", ["comm/busbw_gbps", "comm/algbw_gbps"]],
-                "bucket time": ["Multiline", [r"comm/bucket_\d+/time_ms"]],
+                # Anchored: TensorBoard matches from the start only, and time_ms_p10/p50/p90 share the prefix.
+                "bucket time": ["Multiline", [r"comm/bucket_\d+/time_ms$"]],
                 "bucket busbw": ["Multiline", [r"comm/bucket_\d+/busbw_gbps"]],
                 "slowest bucket": ["Multiline", ["comm/max_bucket_ms"]],
             },

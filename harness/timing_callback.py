@@ -204,7 +204,8 @@ class CommTimingCallback(pl.Callback):
             self.overhead_s["rank_gathers"] += time.perf_counter() - start
             self.gathers += 1
             self.last_spread = spread
-        bands = {} if stats.warmup or calibrating else self._bucket_bands(resolved.timings)
+        measured = self._writer is not None and not (stats.warmup or calibrating)  # bands are rank 0's alone
+        bands = self._bucket_bands(resolved.timings) if measured else {}
         if self._writer is not None:
             if bands and not self._layout_written:  # DDP's buckets are final once warm-up is over
                 self._write_layout()

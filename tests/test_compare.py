@@ -182,9 +182,9 @@ def test_event_medians_leave_out_warmup_and_rebuild_missing_values():
 
 
 def test_rows_in_natural_order_numbers_by_value():
-    names = ["sweep/bucket100/v", "sweep/bucket25/v", "sweep/bucket5/v", "sweep/bucket1/v", "sweep/bucket0.5/v"]
+    names = ["sweep/bucket100/v", "sweep/bucket25/v", "sweep/bucket0.5/v", "sweep/bucket1/v", "sweep/bucket0.25/v"]
     rows = build_rows([RunData(name, summary=summary_with(step_ms=10.0)) for name in names])
-    expected = ["sweep/bucket0.5/v", "sweep/bucket1/v", "sweep/bucket5/v", "sweep/bucket25/v", "sweep/bucket100/v"]
+    expected = ["sweep/bucket0.25/v", "sweep/bucket0.5/v", "sweep/bucket1/v", "sweep/bucket25/v", "sweep/bucket100/v"]
     assert [r.name for r in rows] == expected
     assert rows[0].is_baseline, "the default baseline is the first in that order"
     assert [r.name for r in sort_rows(rows, "run", descending=True)] == expected[::-1]
@@ -196,33 +196,47 @@ def test_group_repeats_takes_each_columns_median_and_the_step_spread():
         return RunData(name, summary=summary_with(completed=completed, **totals))
 
     runs = [
+        run("bucket25/v1", 22.0, 2.0, None),
+        run("bucket25/v2", 20.0, 3.0, 2.0),
         run("bucket1/v3", 12.0, 6.0, 1.0),
         run("bucket1/v1", 10.0, 4.0, 1.5),
         run("bucket1/v2", 11.0, 5.0, 1.2),
-        run("bucket25/v1", 22.0, 2.0, None),
-        run("bucket25/v2", 20.0, 3.0, 2.0, completed=False),
+        run("bucket1/v4", 50.0, 50.0, 0.1, completed=False),  # killed: left out of the medians
+        run("bucket0.5/v1", 30.0, 9.0, 0.5, completed=False),  # every run failed: the median of all of them
+        run("bucket0.5/v2", 32.0, 9.0, 0.5, completed=False),
     ]
     one, many = build_rows(runs), build_rows(runs, group_repeats=True)
-    assert len(one) == 5 and all(r.runs == 1 and r.step_spread_pct is None for r in one)
-    assert [r.name for r in many] == ["bucket1", "bucket25"]
-    b1, b25 = many
+    assert len(one) == 8 and all(r.runs == 1 and r.step_spread_pct is None for r in one)
+    assert [r.name for r in many] == ["bucket0.5", "bucket1", "bucket25"], "group names in natural order"
+    b05, b1, b25 = many
     assert b1.runs == 3 and b1.values["step_ms"] == pytest.approx(11.0) and b1.values["comm_ms"] == 5.0
     assert b1.step_spread_pct == pytest.approx((12.0 - 10.0) / 11.0 * 100)
     # busbw ∝ 1 / comm time for the same bytes: from the median comm time, not a median of bandwidths.
     assert b1.values["busbw_gbps"] == pytest.approx(1.5 * 4.0 / 5.0)
+    assert b1.complete and "bucket1/v4 left out: did not finish" in b1.note
     assert b25.values["step_ms"] == pytest.approx(21.0), "an even count: the mean of the middle two"
     assert b25.values["busbw_gbps"] == pytest.approx(2.0 * 3.0 / 2.5), "from the run that has one"
-    assert b1.is_baseline and b25.changes["step_ms"] == pytest.approx((21.0 - 11.0) / 11.0 * 100)
-    assert b1.complete and not b25.complete and "bucket25/v2: did not finish" in b25.note
+    assert b05.runs == 2 and b05.values["step_ms"] == pytest.approx(31.0) and not b05.complete
+    assert b05.is_baseline and b1.changes["step_ms"] == pytest.approx((11.0 - 31.0) / 31.0 * 100)
 
     text = compare.format_text(many).splitlines()
     assert "runs" in text[0] and "step spread %" in text[0]
-    assert text[1].split()[:1] == ["bucket1"] and " 3  " in text[1] and "18.2" in text[1]
+    assert text[2].split()[:1] == ["bucket1"] and " 3  " in text[2] and "18.2" in text[2]
     assert any("median of its runs" in line for line in text)
+    assert any(line.startswith("# bucket1: bucket1/v4 left out") for line in text), "a note, though complete"
     assert "runs" not in compare.format_text(one).splitlines()[0].split(), "single runs: no repeat columns"
     records = list(csv.DictReader(io.StringIO(compare.format_csv(many))))
-    assert records[0]["runs"] == "3" and float(records[0]["step_spread_pct"]) == pytest.approx(18.18, abs=0.01)
-    assert records[1]["step_spread_pct"] != "" and records[1]["complete"] == "False"
+    assert records[1]["runs"] == "3" and float(records[1]["step_spread_pct"]) == pytest.approx(18.18, abs=0.01)
+    assert records[0]["complete"] == "False" and records[2]["complete"] == "True"
+
+
+def test_group_repeats_of_versions_given_by_their_run_directory(tmp_path):
+    for version, step in (("20260101-000001", 10.0), ("20260101-000002", 14.0)):
+        run_dir = tmp_path / "resnet50-bucket5" / version
+        run_dir.mkdir(parents=True)
+        (run_dir / "summary.json").write_text(json.dumps(summary_with(step_ms=step)))
+    (row,) = compare.compare([str(tmp_path / "resnet50-bucket5")], group_repeats=True)
+    assert row.name == "resnet50-bucket5" and row.runs == 2 and row.values["step_ms"] == pytest.approx(12.0)
 
 
 def test_sort_puts_unknown_values_last():

@@ -1,0 +1,34 @@
+"""Each bucket's time band (p10, p50, p90) covers its own last BUCKET_BAND_STEPS measured steps, no more."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.comm_hook import BucketTiming
+from harness.metrics import percentile
+from harness.run_summary import BUCKET_BAND_STEPS, bucket_band_tags
+from harness.timing_callback import CommTimingCallback
+
+
+def timing(step: int, index: int, ms: float) -> BucketTiming:
+    return BucketTiming(step, index, 1, 1000, 4000, "float32", ready_ms=1.0, done_ms=1.0 + ms, exec_ms=None)
+
+
+def test_band_is_each_buckets_last_window():
+    callback = CommTimingCallback("allreduce", samples_per_step=1.0, sample_unit="image", settings={})
+    steps = BUCKET_BAND_STEPS + 15
+    bucket0 = [float(step) for step in range(steps)]  # rising: an unbounded window would lag behind
+    bucket1 = [100.0 + (step % 7) for step in range(steps)]
+    for step in range(steps):
+        bands = callback._bucket_bands([timing(step, 0, bucket0[step]), timing(step, 1, bucket1[step])])
+    for index, times in ((0, bucket0), (1, bucket1)):
+        window = times[-BUCKET_BAND_STEPS:]
+        p50, p10, p90 = bands[index]
+        assert p50 == pytest.approx(percentile(window, 50))
+        assert p10 == pytest.approx(percentile(window, 10)) and p90 == pytest.approx(percentile(window, 90))
+    assert bands[0][0] == pytest.approx(steps - BUCKET_BAND_STEPS / 2 - 0.5), "median of the last 20 of 0..34"
+
+
+def test_band_tags_are_a_margin_charts_value_lower_upper():
+    prefix = "comm/bucket_03/time_ms"
+    assert bucket_band_tags(3) == (f"{prefix}_p50", f"{prefix}_p10", f"{prefix}_p90")
