@@ -155,7 +155,8 @@ def format_table(summary: dict[str, Any]) -> str:
     if overhead.get("all_steps"):
         spent = overhead["calibration"] + overhead["rank_gathers"]
         lines.append(
-            f"# harness overhead: calibration {overhead['calibration']:.3f} s ({t['calibration_steps']} steps), "
+            f"# harness overhead: calibration {overhead['calibration']:.3f} s ({t['calibration_steps']} of "
+            f"{t['steps_measured'] + t['warmup_steps'] + t['calibration_steps']} steps), "
             f"rank gathers {overhead['rank_gathers'] * 1e3:.1f} ms ({overhead['gathers']}): "
             f"{100 * spent / overhead['all_steps']:.2f} % of the run's {overhead['all_steps']:.1f} s of steps"
         )

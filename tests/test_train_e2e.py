@@ -104,7 +104,7 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     assert summary["env"]["NCCL_NVLS_ENABLE"] == "0"
     # The table on stdout: one row per bucket.
     assert "# Gradient communication: 2 ranks, gloo" in proc.stdout
-    assert "# harness overhead: calibration" in proc.stdout
+    assert "# harness overhead: calibration" in proc.stdout and "(5 of 10 steps)" in proc.stdout
     # hparams live in the run's own event file (the HParams plugin's session data).
     assert "_hparams_/session_start_info" in acc.summary_metadata
 
