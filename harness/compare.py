@@ -261,7 +261,8 @@ def _group_row(name: str, members: Sequence[RunData]) -> Row:
     """The median of each column over a run name's completed runs (over all of them when none completed);
     busbw from the median comm time, as for one run."""
     all_rows = [_run_row(run) for run in members]
-    member_rows = [row for row in all_rows if row.complete] or all_rows
+    completed = [row for row in all_rows if row.complete]
+    member_rows = completed or all_rows
     values: dict[str, float | None] = {}
     for metric in METRICS:
         known = [row.values[metric.key] for row in member_rows if row.values[metric.key] is not None]
@@ -278,8 +279,9 @@ def _group_row(name: str, members: Sequence[RunData]) -> Row:
     steps = [row.values["step_ms"] for row in member_rows if row.values["step_ms"] is not None]
     spread = (max(steps) - min(steps)) / percentile(steps, 50) * 100 if len(steps) > 1 else None
     settings = member_rows[0].settings
-    notes = [f"{row.name} left out: {row.note}" for row in all_rows if not row.complete and row not in member_rows]
-    notes += [f"{row.name}: {row.note}" for row in member_rows if not row.complete]
+    # A failed run is named either way: left out beside completed runs, else the row is made of it.
+    failed = [row for row in all_rows if not row.complete]
+    notes = [f"{row.name} left out: {row.note}" if completed else f"{row.name}: {row.note}" for row in failed]
     if any(row.settings != settings for row in member_rows):
         notes.append("its runs' settings differ")
     units = {row.sample_unit for row in member_rows}
