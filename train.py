@@ -20,22 +20,20 @@ was measured. Without a launcher, the exit code of a rank killed by signal N is 
 
 from __future__ import annotations
 
-from harness.errors import run_cli
-from harness.train_config import parse_config, run_version
-
-# Beyond --timeout, how long ranks started here have to stop by themselves after one of them died.
-GRACE_S = 5.0
+from harness.common.cli import run_cli
+from harness.common.names import GRACE_S
+from harness.train.config import parse_config, run_version
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(argv)  # every check runs here, before any process or process group exists
     if cfg.launcher != "none":
-        from harness.train_rank import run_rank
+        from harness.train.rank import run_rank
 
         return run_rank(cfg)  # torchrun or SLURM started this process as one rank
     # No launcher: this process starts the ranks and watches them. It never loads Lightning (seconds of
     # CPU that the ranks, loading it themselves, need more).
-    from harness.local_launch import spawn_local
+    from harness.common.local_launch import spawn_local
 
     run_version()  # fixed here, inherited by the ranks: they write into one run directory
     backend = "nccl" if cfg.use_gpu else "gloo"
@@ -44,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _rank(cfg) -> None:
-    """One rank started by spawn_local (harness.train_rank.train_worker, imported in the rank only)."""
-    from harness.train_rank import train_worker
+    """One rank started by spawn_local (harness.train.rank.train_worker, imported in the rank only)."""
+    from harness.train.rank import train_worker
 
     train_worker(cfg)
 

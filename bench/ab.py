@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from harness.metrics import percentile
+from harness.common.metrics import percentile
 
 
 def time_block(step: Callable[[], None], steps: int, cuda: bool) -> float:

@@ -26,11 +26,11 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from bench.ab import interleave, summarize, time_block
-from harness.comm_hook import make_hook_state, register_timed_hook
-from harness.dist_env import NCCL_TIMING_ENV
-from harness.local_launch import spawn_local
-from harness.run_info import run_info
-from harness.step_stats import step_stats
+from harness.common.dist_env import NCCL_TIMING_ENV
+from harness.common.local_launch import spawn_local
+from harness.common.run_info import run_info
+from harness.train.hook import make_hook_state, register_timed_hook
+from harness.train.step_stats import step_stats
 from models import get_model_spec
 
 VARIANTS = ("plain", "torch_hook", "timed")

@@ -3,7 +3,7 @@
     python -m bench.memory_soak                                   # resnet_tiny, 5000 steps, 2 CPU ranks (gloo)
     python -m bench.memory_soak --model gpt_tiny --max-steps 5000 --every 250 --out soak.jsonl
 
-Each rank runs exactly what train.py runs (harness.train_rank.run_rank: the timed hook, per-step TensorBoard
+Each rank runs exactly what train.py runs (harness.train.rank.run_rank: the timed hook, per-step TensorBoard
 events, rank gathers, summary.json), started as train.py starts them without a launcher, plus a callback
 that reads the process's VmRSS from /proc/self/status every --every optimizer steps (and at step 100, the
 baseline: DDP has rebuilt its buckets, calibration is over, the allocator has warmed up). It prints one JSON
@@ -22,9 +22,9 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from harness.local_launch import spawn_local
-from harness.run_info import run_info
-from harness.train_config import parse_config
+from harness.common.local_launch import spawn_local
+from harness.common.run_info import run_info
+from harness.train.config import parse_config
 
 BASELINE_STEP = 100  # growth is measured from here: warm-up, bucket rebuild and calibration are long over
 MB = 1e6
@@ -60,7 +60,7 @@ class RssProbe(pl.Callback):
 
 
 def _rank(cfg, every: int, out_dir: str) -> None:
-    from harness.train_rank import run_rank
+    from harness.train.rank import run_rank
 
     code = run_rank(cfg, extra_callbacks=[RssProbe(every, out_dir)])
     if code:

@@ -28,9 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.bucket_layout import layout_from_summary
+from harness.analysis.bucket_layout import layout_from_summary
 from harness.predict import load_summary, network_from_sweep, predict
-from harness.sweep_output import load_fits
+from harness.sweep.output import load_fits
 
 ROOT = Path(__file__).resolve().parents[1]
 LARGE_BYTES = 2**20  # the sizes of real gradient buckets (DDP's first bucket is 1 MiB)

@@ -37,12 +37,12 @@ from lightning.pytorch.strategies import DDPStrategy
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from bench.ab import interleave, summarize, time_block
-from harness.lit_module import CommBenchModule, make_dataloader
-from harness.local_launch import spawn_local
-from harness.metrics import percentile
-from harness.run_info import run_info
-from harness.train_config import TrainConfig
-from harness.trainer import _without_lightning_sigterm, prepare_process_env, run_training
+from harness.common.local_launch import spawn_local
+from harness.common.metrics import percentile
+from harness.common.run_info import run_info
+from harness.train.config import TrainConfig
+from harness.train.module import CommBenchModule, make_dataloader
+from harness.train.trainer import _without_lightning_sigterm, prepare_process_env, run_training
 from models import get_model_spec
 
 

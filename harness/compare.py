@@ -39,15 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UsageError, run_cli
-from harness.metrics import busbw_gbps, percentile
+from harness.common.cli import UsageError, run_cli
+from harness.common.metrics import busbw_gbps, percentile
+from harness.common.names import EVENT_FILE_PREFIX, SUMMARY_FILE, WARMUP_STEPS, WARMUP_TAG
 
-# Written by harness.run_summary; not imported from there because that module imports torch (seconds).
-SUMMARY_FILE = "summary.json"
-EVENT_FILE_PREFIX = "events.out.tfevents."
-# Steps 0 and 1 are warm-up (harness.step_stats.WARMUP_STEPS); used only for event files without step/warmup.
-WARMUP_STEPS = 2
-WARMUP_TAG = "step/warmup"
 MISSING = "—"
 
 

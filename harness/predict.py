@@ -5,7 +5,7 @@
     python -m harness.predict --sweep sweep.jsonl --run runs/NAME/VERSION        # measured / predicted
 
 The bucket layout comes from a run's summary.json (`--run`, exact) or from DDP's own bucket assignment
-applied to the model (`--model`, harness.bucket_layout). Each bucket's all_reduce time follows the α-β
+applied to the model (`--model`, harness.analysis.bucket_layout). Each bucket's all_reduce time follows the α-β
 model with the ring's bus-bandwidth factor; buckets are reduced one after another, each starting once
 its gradients are ready, and whatever runs past the end of backward is exposed. Every formula is printed
 with the numbers (FORMULAS), and `--json` writes the same as one object.
@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.bucket_layout import Bucket, layout_from_summary, model_bucket_layout
-from harness.errors import UsageError, run_cli
-from harness.metrics import busbw_factor
+from harness.analysis.bucket_layout import Bucket, layout_from_summary, model_bucket_layout
+from harness.common.cli import UsageError, run_cli
+from harness.common.metrics import busbw_factor
+from harness.common.names import MB
 
 PROG = "python -m harness.predict"
 ALPHA_SCALINGS = ("constant", "ring")
@@ -31,7 +32,6 @@ HOOKS = ("allreduce", "fp16", "bf16")  # PowerSGD's traffic depends on its rank 
 COMPRESSED_ITEMSIZE = {"fp16": 2, "bf16": 2}
 # Backward costs about twice the forward (two matmuls per forward matmul), so 2/3 of forward + backward.
 DEFAULT_BACKWARD_SHARE = 2 / 3
-MB = 1e6  # tables in decimal MB, as run_summary
 
 FORMULAS = (
     "S_i = numel_i × bytes per element on the wire (4 for fp32 gradients, 2 with the fp16/bf16 hooks)",
@@ -78,7 +78,7 @@ def busbw_from_beta(beta_gbps: float, world_size: int) -> float:
 
 def network_from_sweep(path: str, alpha_scaling: str = "constant") -> Network:
     """The all_reduce fit of a raw sweep's JSON Lines (eager throughput, in place, else out of place)."""
-    from harness.sweep_output import load_fits
+    from harness.sweep.output import load_fits
 
     if not Path(path).is_file():
         raise UsageError(f"--sweep {path!r} is not a file; write one with python -m harness.raw_sweep --json PATH")

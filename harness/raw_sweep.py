@@ -24,12 +24,12 @@ nccl-tests prints them, algbw = S/t, busbw = algbw × factor(n), out-of-place th
   Each mode is then measured eager and replayed, and graph rows carry host_overhead_us = eager − graph:
   the per-call host cost that a training step pays. Graph latency times each call inside one replay,
   with timing events captured between the calls (no barrier between them). Each row's `timing` field
-  names its method (harness.sweep_engine).
+  names its method (harness.sweep.engine).
 - On CPU (gloo) the clock is time.perf_counter and the iteration count grows until a timed run lasts
   --min-time-ms (as gloo's own benchmark does). On GPU it is exactly -n unless --min-time-ms is given.
 - torch has no out-of-place all_reduce, broadcast or reduce: their out_of_place rows copy the input into
   the output and make the in-place call (emulated=true; the time includes the copy). In-place all_to_all
-  and send_recv are skipped, as nccl-tests does not check them either (see harness.collectives).
+  and send_recv are skipped, as nccl-tests does not check them either (see harness.sweep.collectives).
 - The check (-c N) runs after timing, eagerly, on fresh inputs whose exact result is known; each row
   counts the wrong elements over all ranks, and any wrong element makes the exit code 1.
 - World size 1 is allowed: busbw is then 0 by definition, and the run says so.
@@ -38,7 +38,7 @@ nccl-tests prints them, algbw = S/t, busbw = algbw × factor(n), out-of-place th
   and SIGTERM exit 130 and 143. Every row measured before stays in the JSONL and CSV, which end with an
   `end` record. A size that does not fit in memory is a skipped row with its reason, and the sweep goes on.
 - Mistakes in the options exit 2 with one line, before any process starts.
-Per collective and placement, time = alpha + S/beta is fitted over the sizes (harness.metrics), printed
+Per collective and placement, time = alpha + S/beta is fitted over the sizes (harness.common.metrics), printed
 under each table and written as a "fit" record; `load_fits(path)` reads them back for predictions.
 """
 
@@ -47,18 +47,18 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import tempfile
 
 import torch
 
-from harness.collectives import COLLECTIVES, DTYPES, PLACEMENTS, REDUCE_OPS, parse_collectives, parse_dtype
-from harness.dist_env import default_backend, detect
-from harness.errors import UsageError, run_cli
-from harness.local_launch import spawn_local
-from harness.sizes import parse_size, parse_size_list, size_range
-from harness.sweep_engine import PROG, Plan, run_sweep
-from harness.sweep_output import Fit, load_fits
-from harness.sweep_rank import run_rank, sweep_worker
+from harness.common.cli import OneLineParser, UsageError, check_writable, run_cli
+from harness.common.dist_env import default_backend, detect
+from harness.common.local_launch import spawn_local
+from harness.common.names import GRACE_S
+from harness.sweep.collectives import COLLECTIVES, DTYPES, PLACEMENTS, REDUCE_OPS, parse_collectives, parse_dtype
+from harness.sweep.engine import PROG, Plan, run_sweep
+from harness.sweep.output import Fit, load_fits
+from harness.sweep.rank import run_rank, sweep_worker
+from harness.sweep.sizes import parse_size, parse_size_list, size_range
 
 __all__ = ["Fit", "Plan", "load_fits", "main", "run_sweep"]
 
@@ -67,16 +67,10 @@ MODES = ("throughput", "latency")
 DEFAULT_MAX_BYTES = {"cpu": "32M", "cuda": "1G"}
 DEFAULT_MIN_TIME_MS = {"cpu": 50.0, "cuda": 0.0}
 DEFAULT_TIMEOUT_S = 300.0  # a 1 GiB collective over a slow link stays well inside it
-GRACE_S = 5.0  # beyond --timeout, how long local ranks have to stop on their own after one of them died
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UsageError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         description="Raw collective sweep with nccl-tests' semantics. Sizes take K/M/G (binary) suffixes.",
         epilog="launch:\n" + (__doc__ or "\n\n").split("\n\n")[1] + "\n\nsemantics and differences from nccl-tests: "
@@ -150,39 +144,6 @@ def _sizes(args: argparse.Namespace, device_kind: str, element_size: int) -> tup
     sizes = size_range(low, high, args.step_factor, step)
     how = f"step: {args.step_factor or 2}(factor)" if step is None else f"step: {step}(bytes)"
     return sizes, f"minBytes {low} maxBytes {high} {how}"
-
-
-def check_writable(path: str | None, option: str, directory: bool = False) -> None:
-    """A UsageError unless `path` can be written: a file (or, with `directory`, a folder to be made) whose
-    nearest existing ancestor is a folder we can create files in. Tried for real: as root, os.access says
-    yes to everything."""
-    if path is None:
-        return
-    if not path.strip():
-        raise UsageError(f"{option}: empty path")
-    target = os.path.abspath(path)
-    if os.path.isdir(target) and not directory:
-        raise UsageError(f"{option}: {path!r} is a directory; give a file name")
-    if os.path.exists(target) and not os.path.isdir(target) and directory:
-        raise UsageError(f"{option}: {path!r} is a file; give a directory")
-    if os.path.isfile(target):
-        try:
-            with open(target, "a"):
-                return
-        except OSError as err:
-            raise UsageError(f"{option}: cannot write {path!r}: {err.strerror}") from None
-    ancestor = target if directory and os.path.isdir(target) else os.path.dirname(target)
-    while not os.path.exists(ancestor):
-        ancestor = os.path.dirname(ancestor)
-    if not os.path.isdir(ancestor):
-        raise UsageError(f"{option}: {ancestor!r} in {path!r} is not a directory")
-    if not directory and ancestor != os.path.dirname(target):
-        raise UsageError(f"{option}: directory {os.path.dirname(path)!r} does not exist")
-    try:
-        with tempfile.TemporaryFile(dir=ancestor):
-            pass
-    except OSError as err:
-        raise UsageError(f"{option}: cannot write in {ancestor!r}: {err.strerror}") from None
 
 
 def make_plan(

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from harness.errors import UsageError
+from harness.common.cli import UsageError
 from models import gpt, vision
 
 KINDS = ("image", "token")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.comm_hook import BucketTiming
-from harness.metrics import percentile
-from harness.run_summary import BUCKET_BAND_STEPS, bucket_band_tags
-from harness.timing_callback import CommTimingCallback
+from harness.common.metrics import percentile
+from harness.train.callback import CommTimingCallback
+from harness.train.hook import BucketTiming
+from harness.train.summary import BUCKET_BAND_STEPS, bucket_band_tags
 
 
 def timing(step: int, index: int, ms: float) -> BucketTiming:

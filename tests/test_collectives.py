@@ -9,8 +9,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness import collectives
-from harness.collectives import (
+from harness.common.cli import UsageError
+from harness.common.local_launch import spawn_local
+from harness.common.metrics import algbw_gbps, busbw_gbps
+from harness.sweep import collectives
+from harness.sweep.collectives import (
     COLLECTIVES,
     DTYPES,
     EXACT_INT_LIMIT,
@@ -25,9 +28,6 @@ from harness.collectives import (
     reduced_values,
     skip_reason,
 )
-from harness.errors import UsageError
-from harness.local_launch import spawn_local
-from harness.metrics import algbw_gbps, busbw_gbps
 
 # nccl-tests, written out again from its sources (src/<collective>.cu): getCollByteCount(count, nranks)
 # gives (sendcount, recvcount, paramcount); the printed size is max(send, recv) × wordSize, the count

@@ -11,8 +11,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from harness.comm_hook import make_hook_state, register_timed_hook
-from harness.dist_env import NCCL_TIMING_ENV, NVLS_OFF_ENV
+from harness.common.dist_env import NCCL_TIMING_ENV, NVLS_OFF_ENV
+from harness.train.hook import make_hook_state, register_timed_hook
 from tests.multiproc import run_workers
 
 STEPS = 4  # step 0 has one bucket, step 1 rebuilds, PowerSGD compresses from step 2

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness import compare
+from harness.common.cli import UsageError
 from harness.compare import RunData, build_rows, change_pct, change_pt, measured, select_baseline, sort_rows
-from harness.errors import UsageError
 from tests.train_runs import train_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -253,7 +253,8 @@ def test_sort_puts_unknown_values_last():
 
 
 def test_constants_match_their_homes():
-    from harness import run_summary, step_stats
+    from harness.train import step_stats
+    from harness.train import summary as run_summary
 
     assert compare.SUMMARY_FILE == run_summary.SUMMARY_FILE
     assert compare.WARMUP_STEPS == step_stats.WARMUP_STEPS
@@ -340,7 +341,7 @@ def test_events_without_hparams_or_summary(tmp_path):
     """A run killed before its end wrote no hparams either: settings unknown, world size from the scalars."""
     from torch.utils.tensorboard import SummaryWriter
 
-    from harness.tb_step_writer import write_step
+    from harness.train.tb_writer import write_step
 
     run_dir = tmp_path / "runs" / "killed" / "v0"
     writer = SummaryWriter(str(run_dir))

@@ -7,10 +7,10 @@ import time
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from harness.calibration import Calibration, zero_gradients
-from harness.comm_hook import make_hook_state, register_timed_hook
-from harness.metrics import percentile
-from harness.step_stats import step_stats
+from harness.common.metrics import percentile
+from harness.train.calibration import Calibration, zero_gradients
+from harness.train.hook import make_hook_state, register_timed_hook
+from harness.train.step_stats import step_stats
 from tests.multiproc import run_workers
 
 CALIBRATION_STEPS = 4

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from harness.errors import UsageError
+from harness.common.cli import UsageError
 from models import MODEL_NAMES, MODELS, get_model_spec, trainable_parameters
 from models.gpt import GPT, GPT_TINY
 

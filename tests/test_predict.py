@@ -14,9 +14,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from harness.bucket_layout import Bucket, ddp_bucket_layout, layout_from_summary, model_bucket_layout
+from harness.analysis.bucket_layout import Bucket, ddp_bucket_layout, layout_from_summary, model_bucket_layout
 from harness.predict import Network, busbw_from_beta, network_from_sweep, overlap_timeline, predict, wire_bytes
-from harness.sweep_output import load_fits
+from harness.sweep.output import load_fits
 from models import get_model_spec
 
 REPO = Path(__file__).resolve().parent.parent

@@ -15,13 +15,13 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness import collectives
-from harness.errors import run_cli
-from harness.local_launch import spawn_local
-from harness.metrics import alpha_beta_time_us, fit_alpha_beta
+from harness.common.cli import run_cli
+from harness.common.local_launch import spawn_local
+from harness.common.metrics import alpha_beta_time_us, fit_alpha_beta
 from harness.raw_sweep import PROG, build_parser, load_fits, main, make_plan
-from harness.sweep_output import ROW_FIELDS, format_time
-from harness.sweep_rank import sweep_worker
+from harness.sweep import collectives
+from harness.sweep.output import ROW_FIELDS, format_time
+from harness.sweep.rank import sweep_worker
 
 REPO = Path(__file__).resolve().parents[1]
 METRICS_FIELDS = ("collective", "size_bytes", "count", "dtype", "world_size", "placement", "time_us")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import UsageError
-from harness.sizes import MAX_SIZES, SEED_ELEMENTS, format_size, parse_size, parse_size_list, size_range
+from harness.common.cli import UsageError
+from harness.sweep.sizes import MAX_SIZES, SEED_ELEMENTS, format_size, parse_size, parse_size_list, size_range
 
 
 @pytest.mark.parametrize(

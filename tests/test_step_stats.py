@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from harness.comm_hook import BucketTiming, ResolvedStep
-from harness.metrics import percentile
-from harness.step_stats import BoundedSamples, RunAggregate, busy_ms, exposure, step_stats
+from harness.common.metrics import percentile
+from harness.train.hook import BucketTiming, ResolvedStep
+from harness.train.step_stats import BoundedSamples, RunAggregate, busy_ms, exposure, step_stats
 
 
 def timing(index: int, ready: float, done: float, bytes_: int = 1000, exec_ms: float | None = None) -> BucketTiming:

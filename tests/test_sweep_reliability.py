@@ -16,12 +16,14 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness import collectives, sweep_engine, sweep_rank
-from harness.errors import run_cli
-from harness.local_launch import AFTER_EXIT_GRACE_S, KILL_AFTER_TERM_S, spawn_local
+from harness.common.cli import run_cli
+from harness.common.local_launch import AFTER_EXIT_GRACE_S, KILL_AFTER_TERM_S, spawn_local
 from harness.raw_sweep import PROG, build_parser, main, make_plan
-from harness.sweep_engine import Where, memory_problem
-from harness.sweep_rank import sweep_worker
+from harness.sweep import collectives
+from harness.sweep import engine as sweep_engine
+from harness.sweep import rank as sweep_rank
+from harness.sweep.engine import Where, memory_problem
+from harness.sweep.rank import sweep_worker
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "SLURM_PROCID", "SLURM_NTASKS")

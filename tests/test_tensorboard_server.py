@@ -100,7 +100,7 @@ def start_tensorboard(logdir: Path, log_path: Path, expected_runs: set[str]) -> 
 
 def written_layout(bucket_indices: list[int]) -> dict[str, dict[str, list]]:
     """The layout run_summary.add_custom_scalar_layout hands to the writer: {category: {title: [kind, tags]}}."""
-    from harness.run_summary import add_custom_scalar_layout
+    from harness.train.summary import add_custom_scalar_layout
 
     captured: list[dict] = []
     add_custom_scalar_layout(SimpleNamespace(add_custom_scalars=captured.append), bucket_indices)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UsageError
-from harness.train_config import TrainConfig, build_parser, default_run_name, parse_config
+from harness.common.cli import UsageError
+from harness.train.config import TrainConfig, build_parser, default_run_name, parse_config
 
 REPO = Path(__file__).resolve().parent.parent
 

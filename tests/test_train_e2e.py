@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from harness.metrics import percentile
+from harness.common.metrics import percentile
 from models import get_model_spec, trainable_parameters
 from tests import train_runs
 from tests.train_runs import BUCKET_TAGS, PROMISED_TAGS

@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from harness.errors import run_cli
+from harness.common.cli import run_cli
 from train import main
 
 REPO = Path(__file__).resolve().parents[1]

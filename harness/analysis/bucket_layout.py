@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from harness.common.names import DEFAULT_BUCKET_CAP_MB, MIB
+
 if TYPE_CHECKING:
     from torch import nn
 
-DEFAULT_BUCKET_CAP_MB = 25.0  # DDP's default cap (torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB)
-MIB = 2**20  # DDP's bucket_cap_mb is in MiB
 # torch is imported where it is used, so that the command line answers a mistake without loading it.
 
 

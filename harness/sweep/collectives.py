@@ -2,7 +2,7 @@
 
 An entry holds everything about its collective: the buffer layout for a requested size (nccl-tests'
 getCollByteCount), the in-place aliasing, the torch call, S and the busbw factor (formulas in
-harness.metrics), and the expected result of the check. The timing loop is elsewhere, once
+harness.common.metrics), and the expected result of the check. The timing loop is elsewhere, once
 (harness.raw_sweep).
 
 Placements. nccl-tests' out-of-place passes separate send and receive buffers. Its in-place passes one
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from harness.errors import UsageError
-from harness.metrics import BUSBW_FACTORS
+from harness.common.cli import UsageError
+from harness.common.metrics import BUSBW_FACTORS
 
 DTYPES = {
     "float32": torch.float32,
@@ -264,7 +264,7 @@ class Collective:
     layout: Callable[[int, int], tuple[int, int, int]]  # (count, n) -> (send, recv, call count)
     run: Callable[[Buffers, CallArgs], None]
     expected: Callable  # (recv positions, Layout, CallArgs, dtype) -> int64 tensor, or None: not checked
-    busbw_factor: Callable[[int], float]  # from harness.metrics, the one home of the formulas
+    busbw_factor: Callable[[int], float]  # from harness.common.metrics, the one home of the formulas
     reduces: bool  # takes --op
     rooted: bool  # takes --root
     in_place: str | None  # "same" buffer, "send_in_recv", "recv_in_send"; None: no in-place form

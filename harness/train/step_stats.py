@@ -10,12 +10,12 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from harness.comm_hook import BucketLayout, BucketTiming, ResolvedStep
-from harness.metrics import algbw_gbps, busbw_gbps, percentile
+from harness.common.metrics import algbw_gbps, busbw_gbps, percentile
+from harness.common.names import WARMUP_STEPS
+from harness.train.hook import BucketLayout, BucketTiming, ResolvedStep
 
 # Step 0 runs with one bucket holding every gradient and step 1 is the first with DDP's rebuilt buckets
 # (DESIGN.md), so both are warm-up: logged, but kept out of every summary.
-WARMUP_STEPS = 2
 
 # Per-bucket and per-step samples kept for percentiles. Past this many steps, reservoir sampling keeps a
 # uniform sample, so memory stays flat however long the run is.

@@ -1,4 +1,4 @@
-"""harness.sweep_settings: a real grid of train.py runs, then the comparison table; and its CLI errors."""
+"""harness.grid: a real grid of train.py runs, then the comparison table; its CLI errors; and its old name."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import UsageError
-from harness.sweep_settings import build_command, grid, parse_list, run_order
+from harness.common.cli import UsageError
+from harness.grid import build_command, grid, parse_list, run_order
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,7 +38,7 @@ def test_sweep_runs_every_configuration_and_compares(tmp_path):
         [
             sys.executable,
             "-m",
-            "harness.sweep_settings",
+            "harness.grid",
             "--model",
             "resnet_tiny",
             "--bucket-cap-mb",
@@ -89,7 +89,7 @@ def test_sweep_runs_every_configuration_and_compares(tmp_path):
 )
 def test_bad_grid_is_one_line_exit_2(args, flag, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.sweep_settings", *args, "--logdir", str(tmp_path)],
+        [sys.executable, "-m", "harness.grid", *args, "--logdir", str(tmp_path)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -97,3 +97,14 @@ def test_bad_grid_is_one_line_exit_2(args, flag, tmp_path):
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert flag in proc.stderr.strip().splitlines()[-1]
+
+
+def test_old_name_still_runs_the_grid(tmp_path):
+    """`python -m harness.sweep_settings` (the name before harness.grid) is the same command."""
+    old = [sys.executable, "-m", "harness.sweep_settings", "--repeat", "0", "--logdir", str(tmp_path)]
+    proc = subprocess.run(old, cwd=REPO, capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0] == "python -m harness.grid: error: --repeat 0: must be at least 1"
+    usage = subprocess.run([*old[:3], "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert usage.returncode == 0 and "--bucket-cap-mb" in usage.stdout

@@ -1,6 +1,6 @@
 """One training rank from rendezvous to teardown, under any launcher (train.py's own, torchrun, SLURM).
 
-Without a launcher, train.py starts its ranks with harness.local_launch (as the raw sweep does): they meet
+Without a launcher, train.py starts its ranks with harness.common.local_launch (as the raw sweep does): they meet
 through a file (no port is opened for the rendezvous, and gloo binds to loopback), they die with the
 train.py process, a signal to it reaches every rank, and a rank that dies gives the others --timeout plus
 a few seconds to stop by themselves before they are stopped. Lightning's own launcher is not used: its
@@ -16,60 +16,40 @@ Here, per rank:
 - SIGINT and SIGTERM stop the run at the next step boundary (at once before training starts), with the
   same partial summary, and the rank exits 128 + the signal (130, 143). Lightning's own SIGTERM handling,
   which issues a collective inside the signal handler and a broadcast at every step, is switched off
-  (harness.trainer): every rank receives the signal itself from its launcher.
+  (harness.train.trainer): every rank receives the signal itself from its launcher.
 """
 
 from __future__ import annotations
 
-import datetime
 import os
-import signal
 import socket
 import sys
 
 import lightning.pytorch as pl
-import torch
 import torch.distributed as dist
 
-from harness import dist_env
-from harness.lit_module import make_dataloader
-from harness.local_launch import init_method
-from harness.sweep_engine import Interrupted
-from harness.timing_callback import CommTimingCallback, stop_reason
-from harness.train_config import TrainConfig
-from harness.trainer import build_trainer, prepare_process_env
+from harness.common import dist_env
+from harness.common.failures import Interrupted, SignalLatch, report_failure, signal_name
+from harness.common.local_launch import exit_with, join_process_group
+from harness.common.names import EXIT_FAILED
+from harness.train.callback import CommTimingCallback, stop_reason
+from harness.train.config import TrainConfig
+from harness.train.module import make_dataloader
+from harness.train.trainer import build_trainer, prepare_process_env
 
 PROG = "train.py"
-EXIT_FAILED = 3  # the run was cut short: a collective failed or timed out, or a peer died (as the sweep's)
 
 
-class TrainSignals(pl.Callback):
+class TrainSignals(SignalLatch, pl.Callback):
     """SIGINT and SIGTERM: before training starts they raise Interrupted at once; during training they are
     remembered and raise Interrupted at the next step boundary, where no collective is half done and the
     other ranks (which got the signal too) stop alike. Later signals are only remembered."""
 
     def __init__(self) -> None:
-        self.received: int | None = None
+        super().__init__()
         self.before_failure: int | None = None  # the signal, if one came before the run failed
         self.armed = True  # raise at once (outside the training loop)
         self.timing: CommTimingCallback | None = None
-        self._previous: dict = {}
-
-    def install(self) -> TrainSignals:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-    def _handle(self, signum: int, frame) -> None:
-        if self.received is None:
-            self.received = signum
-            if self.armed:
-                self.armed = False
-                raise Interrupted(signum)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int):
         self.armed = False
@@ -113,21 +93,9 @@ class RankRoll(pl.Callback):
 def _init_process_group(cfg: TrainConfig) -> None:
     """Processes started by train.py itself meet through local_launch's file; under torchrun and SLURM
     Lightning creates the group (SLURM's address and port come from its environment plugin), with the same
-    --timeout (harness.trainer passes it to DDPStrategy)."""
-    if cfg.launcher != "none":
-        return
-    env = dist_env.detect()
-    device = torch.device("cuda", env.local_rank) if cfg.use_gpu else None
-    if device is not None:
-        torch.cuda.set_device(device)
-    dist.init_process_group(
-        "nccl" if cfg.use_gpu else "gloo",
-        init_method=init_method(),
-        rank=env.rank,
-        world_size=env.world_size,
-        timeout=datetime.timedelta(seconds=cfg.timeout_s),
-        device_id=device,
-    )
+    --timeout (harness.train.trainer passes it to DDPStrategy)."""
+    if cfg.launcher == "none":
+        join_process_group("nccl" if cfg.use_gpu else "gloo", cfg.timeout_s)
 
 
 def run_rank(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None) -> int:
@@ -160,11 +128,10 @@ def run_rank(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None)
     if failure is not None:  # reported even if a launcher's SIGTERM came since: the failure says more
         reason = reason or stop_reason(failure, phase, rank, signals.before_failure)
         code = EXIT_FAILED if signals.before_failure is None else 128 + signals.before_failure
-        print(f"{PROG}: {reason}", file=sys.stderr, flush=True)
-        dist_env.record_failure_for_torchrun(reason)
+        report_failure(PROG, reason)
     elif signals.received is not None:
         code = 128 + signals.received
-        name = signal.Signals(signals.received).name
+        name = signal_name(signals.received)
         reason = reason or f"rank {rank}: interrupted by {name} at {phase}"
         if rank == 0:
             print(f"{PROG}: {reason}", file=sys.stderr, flush=True)
@@ -178,6 +145,4 @@ def run_rank(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None)
 
 def train_worker(cfg: TrainConfig) -> None:
     """local_launch's worker (with init_process_group=False): run_rank, its code as the process's exit code."""
-    code = run_rank(cfg)
-    if code:
-        raise SystemExit(code)
+    exit_with(run_rank(cfg))

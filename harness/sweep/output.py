@@ -7,7 +7,7 @@ JSON Lines records, each with a `record` key:
     header  versions, devices per rank, world, backend, recorded NCCL/TORCH/CUDA variables, the plan,
             notes on reading the rows, and what each `timing` method means
     row     one per (collective, size, placement, mode, cuda_graph): ROW_FIELDS
-    fit     per (collective, placement, mode, cuda_graph): time = alpha + S/beta (harness.metrics)
+    fit     per (collective, placement, mode, cuda_graph): time = alpha + S/beta (harness.common.metrics)
     end     how the sweep ended: status ok, wrong, failed or interrupted, the reason and where, rows written
 The CSV holds the rows, with ROW_FIELDS as columns. Nothing here is ever unpickled: JSON only.
 
@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from harness.metrics import alpha_beta_time_us, fit_alpha_beta
+from harness.common.metrics import alpha_beta_time_us, fit_alpha_beta
 
 ROW_FIELDS = (
     "collective", "size_bytes", "count", "dtype", "world_size", "nodes", "placement", "mode", "cuda_graph",

@@ -7,7 +7,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import TQDMProgressBar
 
-from harness.timing_callback import CommTimingCallback
+from harness.train.callback import CommTimingCallback
 
 
 class CommProgressBar(TQDMProgressBar):

@@ -3,7 +3,7 @@
 Every rank runs the same rows in the same order; anything that decides whether a row runs (a call that
 fails, memory that is short) is agreed across ranks first, so no rank waits in a collective the others
 skipped. The command line is harness.raw_sweep, one rank's life (process group, signals, failures) is
-harness.sweep_rank, the collectives' definitions are harness.collectives.
+harness.sweep.rank, the collectives' definitions are harness.sweep.collectives.
 
 Timing methods, named in each row's `timing` field:
     run            throughput: calls back to back between two clock reads (CUDA events or perf_counter),
@@ -28,8 +28,6 @@ from __future__ import annotations
 import math
 import os
 import platform
-import re
-import signal
 import socket
 import sys
 import time
@@ -40,7 +38,11 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
-from harness.collectives import (
+from harness.common.dist_env import detect
+from harness.common.failures import Interrupted, failure_text, signal_name
+from harness.common.metrics import algbw_gbps, busbw_factor, busbw_gbps, percentile
+from harness.common.run_info import run_info
+from harness.sweep.collectives import (
     CHUNK,
     COLLECTIVES,
     DTYPES,
@@ -52,10 +54,7 @@ from harness.collectives import (
     nccl_tests_type_name,
     skip_reason,
 )
-from harness.dist_env import detect
-from harness.metrics import algbw_gbps, busbw_factor, busbw_gbps, percentile
-from harness.run_info import run_info
-from harness.sweep_output import NullOutput, SweepOutput
+from harness.sweep.output import NullOutput, SweepOutput
 
 PROG = "python -m harness.raw_sweep"
 MAX_ITERS = 1_000_000  # the adaptive count stops here even for the fastest call
@@ -138,24 +137,8 @@ class Where:
         return f"{self.collective} {self.size_bytes} B {self.placement} {self.mode} {variant}, {text}"
 
 
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM arrived. A BaseException, so `except Exception` around a call does not swallow it."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
 class GpuWaitTimeout(RuntimeError):
     """The GPU did not finish within --timeout: a peer is dead or stuck (NCCL does not watch graph replays)."""
-
-
-_SOURCE_PREFIX = re.compile(r"^\[[^\]]*\.(?:cc|cpp|h|hpp)(?::\d+)?\]\s*")  # gloo's "[.../pair.cc:545] "
-
-
-def first_line(err: BaseException, limit: int = 300) -> str:
-    text = _SOURCE_PREFIX.sub("", (str(err).strip().splitlines() or [""])[0])
-    return f"{type(err).__name__}: {text[:limit]}"
 
 
 # ---- clocks and waits ----------------------------------------------------------------------------------
@@ -320,7 +303,7 @@ def _first_call(call: Callable[[], None], device: torch.device, timeout_s: float
     except (RuntimeError, ValueError, NotImplementedError) as err:
         error = err
     try:
-        return _agreed_problem(first_line(error, 200) if error else None, device)
+        return _agreed_problem(failure_text(error, 200) if error else None, device)
     except Exception:
         if error is not None:  # the peers are gone too: the call's own error (a timeout, a reset) is the cause
             raise error from None
@@ -555,7 +538,7 @@ def measure_row(plan: Plan, name: str, size: int, placement: str, mode: str, gra
             bufs = make_buffers(name, lay, placement, rank, dtype, device)
             fill_input(name, bufs, args)
         except (MemoryError, RuntimeError) as err:  # no collective runs here: any error is the allocation's
-            bufs, problem = None, f"{MEMORY_SKIP}allocation failed: {first_line(err, 200)}"
+            bufs, problem = None, f"{MEMORY_SKIP}allocation failed: {failure_text(err, 200)}"
     reason = _agreed_problem(problem, device)
     if reason:
         _release_memory(device)
@@ -679,10 +662,10 @@ def run_sweep(plan: Plan, device: torch.device | None = None, where: Where | Non
                     out.end_table(busbw_factor(name, n))
         end = {"status": "wrong" if wrong else "ok", "reason": "", "at": ""}
     except Interrupted as stop:
-        end = {"status": "interrupted", "reason": signal.Signals(stop.signum).name, "at": str(where)}
+        end = {"status": "interrupted", "reason": signal_name(stop.signum), "at": str(where)}
         raise
     except BaseException as err:
-        end = {"status": "failed", "reason": first_line(err), "at": str(where)}
+        end = {"status": "failed", "reason": failure_text(err), "at": str(where)}
         raise
     finally:
         out.close(end)

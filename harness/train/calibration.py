@@ -15,8 +15,8 @@ from collections.abc import Iterable
 
 import torch
 
-from harness.metrics import percentile
-from harness.step_stats import WARMUP_STEPS
+from harness.common.metrics import percentile
+from harness.common.names import WARMUP_STEPS
 
 
 class Calibration:

@@ -7,7 +7,7 @@ The processes meet through a file in a fresh temporary directory (a `file://` in
 "free" port: a port found free can be taken by someone else before the rendezvous binds it. Nothing listens
 beyond loopback.
 
-    from harness.local_launch import spawn_local
+    from harness.common.local_launch import spawn_local
     exit_code = spawn_local(my_worker, nproc=2, args=(config,), backend="gloo")
 
 `my_worker(*args)` runs in every process with the default process group initialised (destroyed
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import datetime
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -37,7 +38,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness.dist_env import apply_safe_nccl_env
+from harness.common.dist_env import apply_safe_nccl_env, detect
 
 INIT_METHOD_ENV = "HARNESS_INIT_METHOD"  # where spawn_local's processes find their rendezvous
 KILL_AFTER_TERM_S = 5.0  # after SIGTERM, how long a child has to clean up before SIGKILL
@@ -50,6 +51,30 @@ _PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its par
 def init_method() -> str:
     """The rendezvous of processes started by spawn_local, else `env://` (torchrun, SLURM with MASTER_*)."""
     return os.environ.get(INIT_METHOD_ENV, "env://")
+
+
+def join_process_group(backend: str, timeout_s: float) -> torch.device:
+    """Create this rank's process group: NCCL on the rank's own GPU, or gloo on the CPU; `timeout_s` bounds
+    the rendezvous and every collective (gloo raises; NCCL's watchdog aborts). Returns the rank's device."""
+    env = detect()
+    device = torch.device("cuda", env.local_rank) if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(
+        backend,
+        init_method=init_method(),
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        device_id=device if device.type == "cuda" else None,
+    )
+    return device
+
+
+def exit_with(code: int) -> None:
+    """End a worker started by spawn_local with `code` as its process's exit code (0: return normally)."""
+    if code:
+        raise SystemExit(code)
 
 
 def _describe(code: int) -> str:

@@ -84,15 +84,3 @@ def default_backend(accelerator: str = "auto") -> str:
     if accelerator == "cpu":
         return "gloo"
     return "nccl" if torch.cuda.is_available() else "gloo"
-
-
-def record_failure_for_torchrun(message: str) -> None:
-    """Under torchrun, leave `message` in the error file its failure report reads (no exception chain)."""
-    if os.environ.get("TORCHELASTIC_ERROR_FILE"):
-        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
-
-        try:
-            raise RuntimeError(message) from None
-        except RuntimeError as err:
-            err.__context__ = None  # the report shows this message, not the chain of the original error
-            ErrorHandler().record_exception(err)

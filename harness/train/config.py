@@ -10,17 +10,15 @@ import argparse
 import datetime
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from harness import dist_env
-from harness.cli_help import DefaultsHelpFormatter
-from harness.comm_hook import HOOK_NAMES
-from harness.errors import UsageError
+from harness.common import dist_env
+from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, check_writable
+from harness.common.names import HOOK_NAMES
 
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
 ACCELERATORS = ("auto", "cpu", "gpu")
@@ -176,7 +174,7 @@ class TrainConfig:
                 raise UsageError(f"--channels-last applies to image models; {self.model} takes tokens")
         if self.run_name is None:
             self.run_name = default_run_name(self)
-        _check_writable("--logdir", self.logdir)
+        check_writable(self.logdir, "--logdir", create=True)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -300,24 +298,6 @@ def _check_batch_norm(spec: Any, image_size: int) -> None:
         ) from None
 
 
-def _check_writable(flag: str, path: str) -> None:
-    """Create the directory and write a file in it for real (as root, os.access says yes to everything)."""
-    target = Path(path)
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=target):
-            pass
-    except OSError as err:
-        raise UsageError(f"{flag} {path!r} cannot be written: {err.strerror or err}") from None
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a mistake is a UsageError: one line and exit 2 through run_cli, like every other check."""
-
-    def error(self, message: str):
-        raise UsageError(message)
-
-
 def _default(field_name: str) -> Any:
     """The dataclass default, so the command line and TrainConfig can never disagree."""
     return TrainConfig.__dataclass_fields__[field_name].default
@@ -326,7 +306,7 @@ def _default(field_name: str) -> Any:
 def build_parser() -> argparse.ArgumentParser:
     from models import MODEL_NAMES
 
-    parser = _Parser(
+    parser = OneLineParser(
         prog="train.py",
         description="Train a real model with Lightning DDP and time every bucketed gradient all_reduce.",
         formatter_class=DefaultsHelpFormatter,

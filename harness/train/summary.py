@@ -13,13 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.bucket_layout import DEFAULT_BUCKET_CAP_MB
-from harness.metrics import algbw_gbps, busbw_gbps
-from harness.run_info import run_info
-from harness.step_stats import WARMUP_STEPS, RunAggregate
-
-SUMMARY_FILE = "summary.json"
-MB = 1e6  # table sizes in decimal MB, matching the decimal GB/s of the bandwidths
+from harness.common.metrics import algbw_gbps, busbw_gbps
+from harness.common.names import DEFAULT_BUCKET_CAP_MB, MB, SUMMARY_FILE, WARMUP_STEPS
+from harness.common.run_info import run_info
+from harness.train.step_stats import RunAggregate
 
 
 def build_summary(

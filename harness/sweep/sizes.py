@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from harness.errors import UsageError
+from harness.common.cli import UsageError
 
 UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)

@@ -21,9 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
-HOOK_NAMES = ("allreduce", "fp16", "bf16", "powersgd", "noop")
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-COMPRESSED_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 class BucketLayout(NamedTuple):

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from harness.metrics import busbw_gbps
-from harness.step_stats import StepStats
+from harness.common.metrics import busbw_gbps
+from harness.train.step_stats import StepStats
 
 
 @dataclass(frozen=True)

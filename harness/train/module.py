@@ -12,7 +12,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from harness.train_config import TrainConfig
+from harness.train.config import TrainConfig
 from models import ModelSpec
 
 SGD_LR = 0.01

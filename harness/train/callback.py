@@ -18,8 +18,6 @@ training, so a run killed outright (SIGKILL, NCCL's watchdog abort) still leaves
 from __future__ import annotations
 
 import math
-import re
-import signal
 import time
 import traceback
 from collections import deque
@@ -29,15 +27,15 @@ import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
 
-from harness import run_summary
-from harness.bucket_layout import DEFAULT_BUCKET_CAP_MB
-from harness.calibration import Calibration, zero_gradients
-from harness.comm_hook import BucketTiming, ResolvedStep, TimedHookState, make_hook_state, register_timed_hook
-from harness.metrics import busbw_gbps, percentile
-from harness.rank_gather import RankGatherer, RankSpread
-from harness.step_stats import RunAggregate, StepStats, step_stats
-from harness.sweep_engine import Interrupted
-from harness.tb_step_writer import write_step
+from harness.common.failures import Interrupted, failure_text, signal_name
+from harness.common.metrics import busbw_gbps, percentile
+from harness.common.names import DEFAULT_BUCKET_CAP_MB, MIB
+from harness.train import summary as run_summary
+from harness.train.calibration import Calibration, zero_gradients
+from harness.train.hook import BucketTiming, ResolvedStep, TimedHookState, make_hook_state, register_timed_hook
+from harness.train.rank_gather import RankGatherer, RankSpread
+from harness.train.step_stats import RunAggregate, StepStats, step_stats
+from harness.train.tb_writer import write_step
 
 RESOLVE_LAG_STEPS = 2
 SUMMARY_EVERY_S = 60.0  # rank 0 rewrites a partial summary.json this often while training (a few ms each)
@@ -394,34 +392,19 @@ def _stuck_record(records: list) -> Any:
     return in_flight
 
 
-_NOISE = (
-    re.compile(r"Got the following error when running the callback: \w+: "),  # torch's future-callback wrapper
-    re.compile(r"\[[^\]]*\.(?:cc|cpp|h|hpp)(?::\d+)?\]\s*"),  # gloo's "[.../pair.cc:545] "
-    re.compile(r"\s*This is typically caused by .*$"),  # gloo's advice after a reset connection
-)
-
-
-def failure_text(err: BaseException, limit: int = 300) -> str:
-    """`Type: first line` of an error, without the source paths and wrappers torch and gloo add."""
-    text = (str(err).strip().splitlines() or [""])[0]
-    for pattern in _NOISE:
-        text = pattern.sub("", text)
-    return f"{type(err).__name__}: {text.strip()[:limit]}"
-
-
 def stop_reason(err: BaseException, activity: str, rank: int, signal_first: int | None = None) -> str:
     """One line: the rank, what it was doing, and why it stopped (a signal, or the error; a signal that came
     before the error first, as the error is then likely its consequence: a peer that stopped for it)."""
     if isinstance(err, Interrupted):
-        return f"rank {rank}: interrupted by {signal.Signals(err.signum).name} at {activity}"
-    then = f"interrupted by {signal.Signals(signal_first).name}; then " if signal_first is not None else ""
+        return f"rank {rank}: interrupted by {signal_name(err.signum)} at {activity}"
+    then = f"interrupted by {signal_name(signal_first)}; then " if signal_first is not None else ""
     return f"rank {rank}: {then}{activity} failed: {failure_text(err)}"
 
 
 def _max_buckets(module: torch.nn.Module, bucket_cap_mb: float | None) -> int:
     """An upper bound on DDP's bucket count: every bucket but the last reaches the cap (the first 1 MiB)."""
     total = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
-    cap = (bucket_cap_mb if bucket_cap_mb is not None else DEFAULT_BUCKET_CAP_MB) * 2**20
+    cap = (bucket_cap_mb if bucket_cap_mb is not None else DEFAULT_BUCKET_CAP_MB) * MIB
     return math.ceil(total / cap) + 2
 
 

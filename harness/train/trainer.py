@@ -1,6 +1,6 @@
 """Builds and runs the Lightning Trainer for a resolved TrainConfig: DDP, TensorBoard, the timing callback.
 
-One rank's whole life (process group, signals, failures, exit code) is harness.train_rank; train.py starts
+One rank's whole life (process group, signals, failures, exit code) is harness.train.rank; train.py starts
 the ranks.
 """
 
@@ -14,11 +14,11 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.strategies import DDPStrategy
 
-from harness import dist_env
-from harness.lit_module import CommBenchModule, make_dataloader
-from harness.progress_bar import CommProgressBar
-from harness.timing_callback import CommTimingCallback
-from harness.train_config import TrainConfig, run_version
+from harness.common import dist_env
+from harness.train.callback import CommTimingCallback
+from harness.train.config import TrainConfig, run_version
+from harness.train.module import CommBenchModule, make_dataloader
+from harness.train.progress_bar import CommProgressBar
 from models import get_model_spec
 
 # How often the TensorBoard writer's own thread flushes events to disk (SummaryWriter's default is 120 s): a
@@ -108,7 +108,7 @@ def _without_lightning_sigterm(trainer: pl.Trainer) -> None:
     """Switch off Lightning's SIGTERM handling (2.6): its handler broadcasts from inside the signal handler,
     a collective issued at an arbitrary point that need not match the other ranks', and every training step
     begins with a broadcast of that flag, with `.item()` (a GPU sync each step on NCCL). Every rank here gets
-    the signal from its own launcher and stops at a step boundary (harness.train_rank.TrainSignals)."""
+    the signal from its own launcher and stops at a step boundary (harness.train.rank.TrainSignals)."""
     connector = getattr(trainer, "_signal_connector", None)
     if connector is not None and hasattr(connector, "register_signal_handlers"):
         connector.register_signal_handlers = lambda: None
@@ -119,7 +119,7 @@ def _without_lightning_sigterm(trainer: pl.Trainer) -> None:
 
 def run_training(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None) -> CommTimingCallback:
     """Train in this process, inside an existing world; returns the timing callback (its aggregate holds the
-    run's measurements). train.py goes through harness.train_rank, which adds signals and failure reports."""
+    run's measurements). train.py goes through harness.train.rank, which adds signals and failure reports."""
     prepare_process_env(cfg)
     trainer, module, timing = build_trainer(cfg, extra_callbacks)
     trainer.fit(module, make_dataloader(cfg))

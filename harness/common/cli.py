@@ -1,0 +1,94 @@
+"""How every command of the harness meets a user's mistake, and the checks they share.
+
+A mistake (an unknown name, a count below 1, a path that cannot be written) raises UsageError; `run_cli`
+turns it into one line, `PROG: error: message`, and exit code 2, argparse's own code, so every command
+answers alike. Nothing here imports torch: the commands refuse a mistake before loading it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+
+from harness.common.names import EXIT_USAGE
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for. The message names the option and what would be accepted."""
+
+
+def run_cli(main: Callable[[], int], prog: str) -> int:
+    """Run `main`; a UsageError becomes `prog: error: message` on stderr and exit code 2, with no traceback."""
+    try:
+        return main()
+    except UsageError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a mistake is a UsageError: one line and exit 2 through run_cli, like every other check
+    (argparse's own error() prints the whole usage first)."""
+
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults formatter, except where the help already says its default or there is none.
+
+    Options whose default depends on the machine (CPU or GPU) describe it in their help text and have
+    `default=None`; argparse would append a misleading "(default: None)" after that description.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, "", argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def check_writable(path: str | None, option: str, directory: bool = False, create: bool = False) -> None:
+    """A UsageError unless `path` can be written, tried for real (as root, os.access says yes to everything).
+
+    A file (or, with `directory`, a folder made later) is writable when its nearest existing ancestor is a
+    folder we can create files in. With `create` the folder is made now, as train.py's run directory is.
+    """
+    if path is None:
+        return
+    if not path.strip():
+        raise UsageError(f"{option}: empty path")
+    if create:
+        try:
+            os.makedirs(path, exist_ok=True)
+            with tempfile.TemporaryFile(dir=path):
+                pass
+        except OSError as err:
+            raise UsageError(f"{option} {path!r} cannot be written: {err.strerror or err}") from None
+        return
+    target = os.path.abspath(path)
+    if os.path.isdir(target) and not directory:
+        raise UsageError(f"{option}: {path!r} is a directory; give a file name")
+    if os.path.exists(target) and not os.path.isdir(target) and directory:
+        raise UsageError(f"{option}: {path!r} is a file; give a directory")
+    if os.path.isfile(target):
+        try:
+            with open(target, "a"):
+                return
+        except OSError as err:
+            raise UsageError(f"{option}: cannot write {path!r}: {err.strerror}") from None
+    ancestor = target if directory and os.path.isdir(target) else os.path.dirname(target)
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise UsageError(f"{option}: {ancestor!r} in {path!r} is not a directory")
+    if not directory and ancestor != os.path.dirname(target):
+        raise UsageError(f"{option}: directory {os.path.dirname(path)!r} does not exist")
+    try:
+        with tempfile.TemporaryFile(dir=ancestor):
+            pass
+    except OSError as err:
+        raise UsageError(f"{option}: cannot write in {ancestor!r}: {err.strerror}") from None

@@ -1,0 +1,29 @@
+"""Names and numbers that several layers share, in one torch-free home: files, tags, units, exit codes.
+
+compare and predict read what train.py wrote without loading torch, so what both sides must agree on
+lives here rather than in the modules that import torch. Definitions: docs/METRICS.md.
+"""
+
+from __future__ import annotations
+
+# -- what train.py writes, and compare reads --------------------------------------------------------------
+SUMMARY_FILE = "summary.json"
+EVENT_FILE_PREFIX = "events.out.tfevents."  # TensorBoard's event files
+# Steps 0 and 1 are warm-up: step 0 runs with DDP's single bucket, then DDP rebuilds its buckets once.
+WARMUP_STEPS = 2
+WARMUP_TAG = "step/warmup"  # 1 on warm-up steps, so readers of the events can leave them out
+
+# -- the communication hooks train.py offers (harness.train.hook implements them) -------------------------
+HOOK_NAMES = ("allreduce", "fp16", "bf16", "powersgd", "noop")
+
+# -- units --------------------------------------------------------------------------------------------------
+MB = 1e6  # tables give sizes in decimal MB, matching the decimal GB/s of the bandwidths
+MIB = 2**20  # DDP's bucket_cap_mb is in MiB
+DEFAULT_BUCKET_CAP_MB = 25.0  # DDP's default cap (torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB)
+
+# -- exit codes, alike for every command ---------------------------------------------------------------------
+EXIT_WRONG = 1  # the raw sweep's check found wrong elements
+EXIT_USAGE = 2  # a mistake in what the user asked for (argparse's own code)
+EXIT_FAILED = 3  # cut short: a collective failed or timed out, or a peer died
+# Beyond --timeout, how long ranks started by the harness itself have to stop on their own after one died.
+GRACE_S = 5.0

@@ -1,0 +1,159 @@
+"""Run train.py over a grid of communication settings, then show the comparison table.
+
+    python -m harness.grid --model resnet50 --bucket-cap-mb 1,5,25,100 \
+        --comm-hook allreduce,fp16,bf16,powersgd
+    python -m harness.grid --model gpt2 --bucket-cap-mb 5,25 --launcher "torchrun --nproc-per-node 8" \
+        -- --batch-size 8 --max-steps 100
+
+Each configuration runs as its own train.py process (under --launcher, if given) in its own run directory
+under --logdir, with its output in <logdir>/logs/<run>.log. A configuration that fails is reported and
+the sweep goes on; Ctrl-C stops it and still shows the table of the runs that finished. Arguments after
+`--` go to every train.py run unchanged. The table is harness.compare's, also written as Markdown and CSV
+into --logdir.
+
+`--repeat N` runs the whole grid N times, every other pass in reverse order so that a machine that drifts
+during the sweep does not favour the configurations that come first. A repeat is another version under the
+same run name, and the table then shows one row per configuration: the median of its N runs, with the spread
+of their step times, so a difference smaller than the spread reads as noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import compare
+from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, run_cli
+from harness.common.dist_env import NVLS_OFF_ENV
+from harness.common.names import HOOK_NAMES
+from models import get_model_spec
+
+PROG = "python -m harness.grid"
+TRAIN_PY = Path(__file__).resolve().parent.parent / "train.py"
+
+
+def parse_list(flag: str, text: str, convert: type) -> list:
+    """'1,5,25' -> [1, 5, 25]; a bad item is a UsageError naming the flag."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise UsageError(f"{flag} needs at least one value, e.g. {flag} 1,5,25")
+    try:
+        return [convert(item) for item in items]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: every item must be a {convert.__name__}") from None
+
+
+def grid(bucket_caps: list[float], hooks: list[str]) -> list[dict[str, str]]:
+    """Every (bucket cap, hook) combination, as train.py flag values."""
+    return [{"--bucket-cap-mb": f"{cap:g}", "--comm-hook": hook} for cap, hook in itertools.product(bucket_caps, hooks)]
+
+
+def run_order(configs: list[dict[str, str]], repeats: int) -> list[tuple[int, dict[str, str]]]:
+    """(repeat, config) in run order: the grid once per repeat, every second pass reversed."""
+    order = []
+    for repeat in range(1, repeats + 1):
+        order += [(repeat, config) for config in (configs if repeat % 2 else configs[::-1])]
+    return order
+
+
+def run_name(model: str, config: dict[str, str]) -> str:
+    return f"{model}-bucket{config['--bucket-cap-mb']}-{config['--comm-hook']}"
+
+
+def build_command(launcher: list[str], model: str, config: dict[str, str], logdir: Path, extra: list[str]) -> list[str]:
+    cmd = [*launcher, str(TRAIN_PY)] if launcher else [sys.executable, str(TRAIN_PY)]
+    cmd += ["--model", model, "--logdir", str(logdir), "--run-name", run_name(model, config)]
+    for flag, value in config.items():
+        cmd += [flag, value]
+    return cmd + extra
+
+
+def run_config(cmd: list[str], log_path: Path) -> tuple[int, float]:
+    """Run one train.py to completion, its output to `log_path`; returns (exit code, seconds)."""
+    env = {**os.environ, **NVLS_OFF_ENV}
+    start = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait(timeout=30)
+            raise
+    return code, time.perf_counter() - start
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog=PROG,
+        description="Run train.py over bucket sizes and comm hooks, then compare the runs.",
+        formatter_class=DefaultsHelpFormatter,
+    )
+    parser.add_argument("--model", default="resnet50", help="the model every run trains (train.py --model)")
+    parser.add_argument("--bucket-cap-mb", default="1,5,25,100", help="comma-separated DDP bucket caps (MiB)")
+    parser.add_argument(
+        "--comm-hook", default="allreduce,fp16,bf16,powersgd", help=f"comma-separated, from: {', '.join(HOOK_NAMES)}"
+    )
+    parser.add_argument("--logdir", help="where the runs go (default: runs/sweep-<model>-<time>)")
+    parser.add_argument("--launcher", default="", help='prefix for each run, e.g. "torchrun --nproc-per-node 8"')
+    parser.add_argument("--baseline", help="baseline run for the table (default: the first)")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run the grid this many times; the table shows each row's median"
+    )
+    parser.add_argument("train_args", nargs="*", help="after --: arguments for every train.py run")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    get_model_spec(args.model)  # an unknown model fails here, not once per configuration
+    caps = parse_list("--bucket-cap-mb", args.bucket_cap_mb, float)
+    if any(cap <= 0 for cap in caps):
+        raise UsageError(f"--bucket-cap-mb {args.bucket_cap_mb!r}: every cap must be positive")
+    hooks = parse_list("--comm-hook", args.comm_hook, str)
+    unknown = [hook for hook in hooks if hook not in HOOK_NAMES]
+    if unknown:
+        raise UsageError(f"--comm-hook {', '.join(unknown)} not known; choose from: {', '.join(HOOK_NAMES)}")
+    if args.repeat < 1:
+        raise UsageError(f"--repeat {args.repeat}: must be at least 1")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    logdir = Path(args.logdir or f"runs/sweep-{args.model}-{stamp}")
+    try:
+        (logdir / "logs").mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--logdir {str(logdir)!r} cannot be created: {err.strerror}") from None
+    launcher = shlex.split(args.launcher)
+    schedule = run_order(grid(caps, hooks), args.repeat)
+    failed = []
+    try:
+        for i, (repeat, config) in enumerate(schedule, 1):
+            name = run_name(args.model, config)
+            log_name = f"{name}.log" if args.repeat == 1 else f"{name}-repeat{repeat}.log"
+            progress = f"[{i}/{len(schedule)}] {name}" + (f" (repeat {repeat})" if args.repeat > 1 else "")
+            cmd = build_command(launcher, args.model, config, logdir, args.train_args)
+            print(f"{progress}: {shlex.join(cmd)}", flush=True)
+            code, seconds = run_config(cmd, logdir / "logs" / log_name)
+            status = "ok" if code == 0 else f"FAILED (exit {code}, see logs/{log_name})"
+            print(f"{progress}: {status} in {seconds:.0f} s", flush=True)
+            if code != 0:
+                failed.append(name)
+    except KeyboardInterrupt:
+        print("interrupted: comparing the runs that finished", file=sys.stderr)
+        failed.append("(interrupted)")
+    rows = compare.compare([str(logdir)], args.baseline, group_repeats=args.repeat > 1)
+    print(compare.format_text(rows))
+    (logdir / "comparison.md").write_text(compare.format_markdown(rows))
+    (logdir / "comparison.csv").write_text(compare.format_csv(rows))
+    print(f"# written: {logdir / 'comparison.md'}, {logdir / 'comparison.csv'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_cli(main, PROG))
