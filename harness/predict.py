@@ -25,6 +25,7 @@ from harness.analysis.bucket_layout import Bucket, layout_from_summary, model_bu
 from harness.common.cli import UsageError, run_cli
 from harness.common.metrics import busbw_factor
 from harness.common.names import MB
+from harness.common.run_info import json_safe
 
 PROG = "python -m harness.predict"
 ALPHA_SCALINGS = ("constant", "ring")
@@ -346,22 +347,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result["formulas"] = list(FORMULAS)
     print(format_report(result))
     if args.json:
-        Path(args.json).write_text(json.dumps(_json_safe(result), indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(json_safe(result), indent=2) + "\n")
     return result
 
 
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 def _fmt(value: float | None, spec: str = ".3f") -> str:

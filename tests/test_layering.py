@@ -26,16 +26,18 @@ def _modules(package: str) -> list[str]:
     return sorted(f"harness.{package}.{path.stem}" for path in folder.glob("*.py") if path.stem != "__init__")
 
 
-def _imported_by(module: str) -> set[str]:
-    """Every module in sys.modules after importing `module` alone in a new interpreter."""
-    code = f"import json, sys; import {module}; print(json.dumps(sorted(sys.modules)))"
+def _imported_by(*modules: str) -> set[str]:
+    """Every module in sys.modules after importing `modules` (and nothing else) in a new interpreter. A layer's
+    modules are imported together: the union holds a forbidden module exactly when one of them imports it."""
+    code = f"import json, sys; import {', '.join(modules)}; print(json.dumps(sorted(sys.modules)))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return set(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
 def _harness_packages(modules: set[str]) -> set[str]:
-    return {name.split(".")[1] for name in modules if name.startswith("harness.") and name.count(".") >= 1}
+    """The harness subpackages among `modules` (harness.train.hook -> "train")."""
+    return {name.split(".")[1] for name in modules if name.startswith("harness.") and name.count(".") >= 2}
 
 
 def test_every_package_has_modules():
@@ -44,32 +46,29 @@ def test_every_package_has_modules():
         assert _modules(package), f"harness/{package}/ holds no modules"
 
 
-@pytest.mark.parametrize("module", _modules("common"))
-def test_common_imports_no_other_layer(module):
-    assert _harness_packages(_imported_by(module)) <= {"common"}
+def test_common_imports_no_other_layer():
+    assert _harness_packages(_imported_by(*_modules("common"))) == {"common"}
 
 
-@pytest.mark.parametrize("module", _modules("analysis"))
-def test_analysis_imports_neither_torch_nor_train_nor_sweep(module):
-    loaded = _imported_by(module)
-    assert "torch" not in loaded, f"{module} loads torch"
+def test_analysis_imports_neither_torch_nor_train_nor_sweep():
+    loaded = _imported_by(*_modules("analysis"))
+    assert "torch" not in loaded
     assert _harness_packages(loaded) <= {"common", "analysis"}
 
 
-@pytest.mark.parametrize("module", _modules("train"))
-def test_train_does_not_import_sweep(module):
-    assert "sweep" not in _harness_packages(_imported_by(module))
+def test_train_does_not_import_sweep():
+    packages = _harness_packages(_imported_by(*_modules("train")))
+    assert "train" in packages and "sweep" not in packages
 
 
-@pytest.mark.parametrize("module", _modules("sweep"))
-def test_sweep_does_not_import_train(module):
-    assert "train" not in _harness_packages(_imported_by(module))
+def test_sweep_does_not_import_train():
+    packages = _harness_packages(_imported_by(*_modules("sweep")))
+    assert "sweep" in packages and "train" not in packages
 
 
-@pytest.mark.parametrize("module", ["harness.compare", "harness.predict"])
-def test_analysis_commands_load_without_torch(module):
+def test_analysis_commands_load_without_torch():
     """compare and predict answer (and refuse a mistake) without the seconds that loading torch takes."""
-    assert "torch" not in _imported_by(module)
+    assert "torch" not in _imported_by("harness.compare", "harness.predict")
 
 
 def test_the_check_sees_a_violation(tmp_path):

@@ -7,12 +7,13 @@ torch's behaviour, and nothing else in a user's environment belongs in a results
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import os
 import platform
 import socket
 from typing import Any
 
-import torch
+# torch is imported where it is used: predict and compare write JSON through json_safe without loading it.
 
 RECORDED_ENV_PREFIXES = ("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_")
 # The launcher's own variables say how the world was built (ranks, nodes, rendezvous).
@@ -40,6 +41,8 @@ def recorded_env(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 def nccl_version() -> str | None:
     """NCCL's version as 'major.minor.patch', or None where torch was built without NCCL."""
+    import torch
+
     try:
         version = torch.cuda.nccl.version()
     except (AttributeError, RuntimeError):
@@ -51,6 +54,8 @@ def nccl_version() -> str | None:
 
 def versions() -> dict[str, Any]:
     """Versions of Python, torch, CUDA, NCCL, Lightning and torchvision."""
+    import torch
+
     info: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -68,6 +73,8 @@ def versions() -> dict[str, Any]:
 
 def device_names() -> list[str]:
     """Names of the visible GPUs (empty on a CPU-only machine)."""
+    import torch
+
     if not torch.cuda.is_available():
         return []
     return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -84,3 +91,15 @@ def run_info() -> dict[str, Any]:
         "gpus": device_names(),
         "env": recorded_env(),
     }
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every NaN and infinity replaced by None, through dicts, lists and tuples: JSON has no NaN,
+    and a value that was not measured is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from harness.common.metrics import alpha_beta_time_us, fit_alpha_beta
+from harness.common.run_info import json_safe
 
 ROW_FIELDS = (
     "collective", "size_bytes", "count", "dtype", "world_size", "nodes", "placement", "mode", "cuda_graph",
@@ -95,11 +96,6 @@ def fit_record(rows: list[dict], factor: float) -> dict | None:
         "max_size_bytes": max(row["size_bytes"] for row in usable),
         "method": FIT_METHOD,
     }
-
-
-def _json_safe(record: dict) -> dict:
-    """NaN and inf are not JSON: write them as null."""
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
 
 
 # ---- the table ------------------------------------------------------------------------------------------
@@ -248,7 +244,7 @@ class SweepOutput(NullOutput):
 
     def _json(self, record: dict) -> None:
         if self.jsonl:
-            self.jsonl.write(json.dumps(_json_safe(record)) + "\n")
+            self.jsonl.write(json.dumps(json_safe(record)) + "\n")
             self.jsonl.flush()
 
     def header(self, record: dict, preamble: Iterable[str]) -> None:
@@ -269,7 +265,7 @@ class SweepOutput(NullOutput):
         self.type_name = type_name
         self._json({"record": "row", **row})
         if self.csv:
-            self.csv.writerow(_json_safe(row))
+            self.csv.writerow(json_safe(row))
             self.csv_file.flush()
         if self.tb:
             self.tb.row(row)

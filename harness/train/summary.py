@@ -15,7 +15,7 @@ from typing import Any
 
 from harness.common.metrics import algbw_gbps, busbw_gbps
 from harness.common.names import DEFAULT_BUCKET_CAP_MB, MB, SUMMARY_FILE, WARMUP_STEPS
-from harness.common.run_info import run_info
+from harness.common.run_info import json_safe, run_info
 from harness.train.step_stats import RunAggregate
 
 
@@ -97,20 +97,9 @@ def write_summary(summary: dict[str, Any], log_dir: str | os.PathLike) -> Path:
     path = Path(log_dir) / SUMMARY_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_finite(summary), indent=2, sort_keys=False) + "\n")
+    tmp.write_text(json.dumps(json_safe(summary), indent=2, sort_keys=False) + "\n")
     os.replace(tmp, path)
     return path
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no NaN: write null for values that were not measured."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _short(name: str, width: int = 28) -> str:
