@@ -1,0 +1,7 @@
+"""The base layer that every other package uses: it imports no other part of the harness.
+
+metrics (bandwidth formulas, percentiles, α–β fit), names (files, tags, units, exit codes), cli (UsageError,
+one-line errors, help formatting, writability checks), failures (signals, failure lines), dist_env (which
+launcher, which rank), local_launch (ranks started without a launcher), run_info (versions, recorded
+variables, JSON-safe values). cli, names, metrics and failures load without torch.
+"""

@@ -79,8 +79,6 @@ def detect(environ: dict[str, str] | None = None) -> DistEnv:
     return DistEnv("none", rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0, num_nodes=1)
 
 
-def default_backend(accelerator: str = "auto") -> str:
+def default_backend() -> str:
     """NCCL where each process has a GPU, gloo otherwise."""
-    if accelerator == "cpu":
-        return "gloo"
     return "nccl" if torch.cuda.is_available() else "gloo"

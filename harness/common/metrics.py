@@ -1,4 +1,4 @@
-"""The one home of the bandwidth formulas (nccl-tests' definitions, see shared METRICS.md).
+"""The one home of the bandwidth formulas (nccl-tests' definitions, see docs/METRICS.md).
 
 Both the training hook and the raw sweep compute algbw and busbw here, so their numbers are comparable.
 """
