@@ -29,8 +29,9 @@ import tempfile
 from pathlib import Path
 
 from harness.analysis.bucket_layout import layout_from_summary
-from harness.predict import load_summary, network_from_sweep, predict
-from harness.sweep.output import load_fits
+from harness.analysis.prediction import network_from_sweep, other_ms_of_run, predict
+from harness.analysis.sweep_fits import load_fits
+from harness.predict import load_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 LARGE_BYTES = 2**20  # the sizes of real gradient buckets (DDP's first bucket is 1 MiB)
@@ -70,9 +71,7 @@ def compare(run_dir: str, sweep_path: str, scaling: str) -> dict:
     network = network_from_sweep(sweep_path, scaling)
     totals = summary["totals"]
     compute = totals.get("compute_only_ms")
-    other = max(
-        0.0, (totals.get("step_ms_p50") or 0) - (totals.get("fwd_bwd_ms_p50") or totals.get("step_ms_p50") or 0)
-    )
+    other = other_ms_of_run(totals)
     result = predict(layout_from_summary(summary), network, summary["world_size"], "allreduce", compute, other)
     measured = {b["index"]: b["time_ms_p50"] for b in summary["buckets"]}
     bucket_errors = [error_pct(b["predicted_ms"], measured.get(b["index"])) for b in result["buckets"]]

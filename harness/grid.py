@@ -9,7 +9,7 @@ Each configuration runs as its own train.py process (under --launcher, if given)
 under --logdir, with its output in <logdir>/logs/<run>.log. A configuration that fails is reported and
 the sweep goes on; Ctrl-C stops it and still shows the table of the runs that finished. Arguments after
 `--` go to every train.py run unchanged. The table is harness.compare's, also written as Markdown and CSV
-into --logdir.
+into --logdir (comparison.md, comparison.csv).
 
 `--repeat N` runs the whole grid N times, every other pass in reverse order so that a machine that drifts
 during the sweep does not favour the configurations that come first. A repeat is another version under the
@@ -29,7 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from harness import compare
+from harness.analysis.comparison import build_rows
+from harness.analysis.comparison_tables import format_csv, format_markdown, format_text
+from harness.analysis.runs import load_runs
 from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, run_cli
 from harness.common.dist_env import NVLS_OFF_ENV
 from harness.common.names import HOOK_NAMES
@@ -147,10 +149,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: comparing the runs that finished", file=sys.stderr)
         failed.append("(interrupted)")
-    rows = compare.compare([str(logdir)], args.baseline, group_repeats=args.repeat > 1)
-    print(compare.format_text(rows))
-    (logdir / "comparison.md").write_text(compare.format_markdown(rows))
-    (logdir / "comparison.csv").write_text(compare.format_csv(rows))
+    try:
+        runs = load_runs([str(logdir)])
+    except UsageError:
+        if not failed:
+            raise
+        # Every configuration failed before writing anything: a failed sweep (exit 1), not a usage mistake.
+        print(f"{PROG}: no run left a summary or event file under {logdir}: nothing to compare", file=sys.stderr)
+        return 1
+    rows = build_rows(runs, args.baseline, group_repeats=args.repeat > 1)
+    print(format_text(rows))
+    (logdir / "comparison.md").write_text(format_markdown(rows))
+    (logdir / "comparison.csv").write_text(format_csv(rows))
     print(f"# written: {logdir / 'comparison.md'}, {logdir / 'comparison.csv'}")
     return 1 if failed else 0
 

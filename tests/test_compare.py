@@ -1,4 +1,5 @@
-"""harness.compare: the delta arithmetic and baseline choice alone, then on real runs that train.py makes here."""
+"""harness.compare and harness.analysis' runs, comparison and tables: the delta arithmetic and baseline choice
+alone, then on real runs that train.py makes here, then the command line."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from harness import compare
-from harness.common.cli import UsageError
-from harness.compare import RunData, build_rows, change_pct, change_pt, measured, select_baseline, sort_rows
+from harness.analysis.comparison import build_rows, change_pct, change_pt, measured, select_baseline, sort_rows
+from harness.analysis.comparison_tables import format_csv, format_markdown, format_text
+from harness.analysis.runs import RunData, load_runs
+from harness.common.cli import UsageError, run_cli
 from tests.train_runs import train_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -147,15 +150,15 @@ def test_rows_from_loaded_data():
     assert o.settings["batch"] == "2×4", "per-device batch × accumulation"
     assert b.complete and not o.complete and "KeyboardInterrupt" in o.note
 
-    text = compare.format_text(rows)
+    text = format_text(rows)
     assert text.splitlines()[0].split()[:2] == ["run", "model"] and "tokens/s" in text.splitlines()[0]
     other_line = next(line for line in text.splitlines() if line.startswith("z/other"))
     assert "+25.0%" in other_line and "-20.0%" in other_line and "+15.0 pt" in other_line and "incomplete" in other_line
-    markdown = compare.format_markdown(rows).splitlines()
+    markdown = format_markdown(rows).splitlines()
     assert markdown[0].startswith("| run | model |") and set(markdown[1]) <= set("|-:")
     assert markdown[2].startswith("| **`a/base`** |") and markdown[3].startswith("| `z/other` |")
     assert len({line.count("|") for line in markdown[:4]}) == 1, "every table line has the same columns"
-    records = list(csv.DictReader(io.StringIO(compare.format_csv(rows))))
+    records = list(csv.DictReader(io.StringIO(format_csv(rows))))
     assert records[1]["samples_per_s_change_pct"] == "25.0" and records[1]["exposed_ms"] == ""
     assert records[1]["overlap_pct_change_pt"] == "15.0" and records[0]["baseline"] == "True"
 
@@ -219,13 +222,13 @@ def test_group_repeats_takes_each_columns_median_and_the_step_spread():
     assert b05.runs == 2 and b05.values["step_ms"] == pytest.approx(31.0) and not b05.complete
     assert b05.is_baseline and b1.changes["step_ms"] == pytest.approx((11.0 - 31.0) / 31.0 * 100)
 
-    text = compare.format_text(many).splitlines()
+    text = format_text(many).splitlines()
     assert "runs" in text[0] and "step spread %" in text[0]
     assert text[2].split()[:1] == ["bucket1"] and " 3  " in text[2] and "18.2" in text[2]
     assert any("median of its runs" in line for line in text)
     assert any(line.startswith("# bucket1: bucket1/v4 left out") for line in text), "a note, though complete"
-    assert "runs" not in compare.format_text(one).splitlines()[0].split(), "single runs: no repeat columns"
-    records = list(csv.DictReader(io.StringIO(compare.format_csv(many))))
+    assert "runs" not in format_text(one).splitlines()[0].split(), "single runs: no repeat columns"
+    records = list(csv.DictReader(io.StringIO(format_csv(many))))
     assert records[1]["runs"] == "3" and float(records[1]["step_spread_pct"]) == pytest.approx(18.18, abs=0.01)
     assert records[0]["complete"] == "False" and records[2]["complete"] == "True"
 
@@ -235,7 +238,7 @@ def test_group_repeats_of_versions_given_by_their_run_directory(tmp_path):
         run_dir = tmp_path / "resnet50-bucket5" / version
         run_dir.mkdir(parents=True)
         (run_dir / "summary.json").write_text(json.dumps(summary_with(step_ms=step)))
-    (row,) = compare.compare([str(tmp_path / "resnet50-bucket5")], group_repeats=True)
+    (row,) = build_rows(load_runs([str(tmp_path / "resnet50-bucket5")]), group_repeats=True)
     assert row.name == "resnet50-bucket5" and row.runs == 2 and row.values["step_ms"] == pytest.approx(12.0)
 
 
@@ -252,21 +255,14 @@ def test_sort_puts_unknown_values_last():
     assert [r.name for r in sort_rows(rows, "run", descending=True)] == ["c", "b", "a"]
 
 
-def test_constants_match_their_homes():
-    from harness.train import step_stats
-    from harness.train import summary as run_summary
-
-    assert compare.SUMMARY_FILE == run_summary.SUMMARY_FILE
-    assert compare.WARMUP_STEPS == step_stats.WARMUP_STEPS
-
-
 def test_help_and_empty_command_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
         compare.main(["-h"])
     assert exit_info.value.code == 0 and "--baseline" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_info:
-        compare.main([])
+        run_cli(lambda: compare.main([]), compare.PROG)
     assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"{compare.PROG}: error: the following arguments are required: DIR\n"
 
 
 # -- real runs --------------------------------------------------------------------------------------------
@@ -325,7 +321,7 @@ def test_run_without_summary_is_shown_from_its_events(real_runs, tmp_path):
     for event_file in run_dirs["fp16"].glob("events.out.tfevents.*"):
         shutil.copy(event_file, killed)
     shutil.copytree(run_dirs["bucket0.5"], tmp_path / "runs" / "bucket0.5" / "v0")
-    rows = {r.name: r for r in compare.compare([str(tmp_path / "runs")], baseline="bucket0.5")}
+    rows = {r.name: r for r in build_rows(load_runs([str(tmp_path / "runs")]), baseline="bucket0.5")}
     row = rows["fp16-killed/v0"]
     assert not row.complete and "no summary.json" in row.note
     totals = json.loads((run_dirs["fp16"] / "summary.json").read_text())["totals"]
@@ -333,7 +329,7 @@ def test_run_without_summary_is_shown_from_its_events(real_runs, tmp_path):
         # Event files hold float32: the same medians to float32 precision.
         assert row.values[key] == pytest.approx(totals[f"{key}_p50"], rel=1e-6), key
     assert row.settings["world_size"] == "2" and row.settings["comm_hook"] == "fp16"
-    line = next(line for line in compare.format_text(list(rows.values())).splitlines() if line.startswith("fp16-"))
+    line = next(line for line in format_text(list(rows.values())).splitlines() if line.startswith("fp16-"))
     assert "incomplete" in line
 
 
@@ -352,7 +348,7 @@ def test_events_without_hparams_or_summary(tmp_path):
         scalars |= {"comm/bytes": 1e6}
         write_step(writer, step, scalars)
     writer.close()
-    (row,) = compare.compare([str(tmp_path / "runs")])
+    (row,) = build_rows(load_runs([str(tmp_path / "runs")]))
     assert row.values["step_ms"] == pytest.approx(23.0) and row.values["comm_ms"] == pytest.approx(4.0)
     assert row.settings["world_size"] == "2" and row.settings["backend"] == "—"
     assert row.values["busbw_gbps"] == pytest.approx(1e6 / 4e-3 / 1e9)
@@ -372,6 +368,10 @@ def test_cli_no_runs(tmp_path):
     (tmp_path / "empty").mkdir()
     assert_one_line_usage_error(run_compare(str(tmp_path / "empty"), cwd=tmp_path), "no runs found")
     assert_one_line_usage_error(run_compare(str(tmp_path / "missing"), cwd=tmp_path), "is not a directory")
+    # An output path that cannot be written is refused before any run is read.
+    proc = run_compare(str(tmp_path / "empty"), "--markdown", str(tmp_path / "no" / "cmp.md"), cwd=tmp_path)
+    assert_one_line_usage_error(proc, "--markdown", "does not exist")
+    assert_one_line_usage_error(run_compare(str(tmp_path / "empty"), "--bogus", cwd=tmp_path), "--bogus")
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.common.cli import UsageError
-from harness.grid import build_command, grid, parse_list, run_order
+from harness.grid import PROG, build_command, grid, parse_list, run_order
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -85,6 +85,8 @@ def test_sweep_runs_every_configuration_and_compares(tmp_path):
         (["--bucket-cap-mb", "0,5"], "--bucket-cap-mb"),
         (["--model", "nope"], "--model"),
         (["--repeat", "0"], "--repeat"),
+        (["--repeat", "two"], "--repeat"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
     ],
 )
 def test_bad_grid_is_one_line_exit_2(args, flag, tmp_path):
@@ -95,8 +97,9 @@ def test_bad_grid_is_one_line_exit_2(args, flag, tmp_path):
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert flag in proc.stderr.strip().splitlines()[-1]
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"{PROG}: error:") and flag in lines[0]
 
 
 def test_old_name_still_runs_the_grid(tmp_path):

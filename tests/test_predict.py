@@ -1,4 +1,5 @@
-"""harness.predict: the formulas by hand, DDP's bucket layout against a real DDP, the CLI's mistakes, end to end."""
+"""harness.predict and harness.analysis' prediction and bucket layout: the formulas by hand, DDP's bucket layout
+against a real DDP, the CLI's mistakes, end to end."""
 
 from __future__ import annotations
 
@@ -14,9 +15,19 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from harness.analysis.bucket_layout import Bucket, ddp_bucket_layout, layout_from_summary, model_bucket_layout
-from harness.predict import Network, busbw_from_beta, network_from_sweep, overlap_timeline, predict, wire_bytes
-from harness.sweep.output import load_fits
+from harness import predict as predict_cli
+from harness.analysis.bucket_layout import PlannedBucket, ddp_bucket_layout, layout_from_summary, model_bucket_layout
+from harness.analysis.prediction import (
+    Network,
+    busbw_from_beta,
+    network_from_sweep,
+    other_ms_of_run,
+    overlap_timeline,
+    predict,
+    wire_bytes,
+)
+from harness.analysis.sweep_fits import load_fits
+from harness.common.cli import UsageError, run_cli
 from models import get_model_spec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,7 +74,7 @@ def test_other_world_sizes_keep_bus_bandwidth_and_scale_alpha_as_asked():
 
 
 def test_compressed_hooks_halve_the_bytes_of_fp32_gradients():
-    bucket = Bucket(index=0, numel=1000, grad_itemsize=4, num_params=1, first_param="w", last_param="w")
+    bucket = PlannedBucket(index=0, numel=1000, grad_itemsize=4, num_params=1, first_param="w", last_param="w")
     assert wire_bytes(bucket, "allreduce") == 4000
     assert wire_bytes(bucket, "fp16") == wire_bytes(bucket, "bf16") == 2000
     net = Network(alpha_us=0.0, busbw_gbps=1.0, ref_world_size=2)
@@ -88,7 +99,7 @@ def test_overlap_timeline_by_hand():
 
 
 def test_step_prediction_adds_exposed_and_other_time():
-    buckets = [Bucket(i, 250_000, 4, 1, f"p{i}", f"p{i}") for i in range(2)]  # 1 MB each
+    buckets = [PlannedBucket(i, 250_000, 4, 1, f"p{i}", f"p{i}") for i in range(2)]  # 1 MB each
     net = Network(alpha_us=1000.0, busbw_gbps=1.0, ref_world_size=2)  # 1 ms + 1 ms per bucket at n = 2
     result = predict(buckets, net, 2, compute_ms=3.0, other_ms=0.5)
     t = result["totals"]
@@ -98,6 +109,13 @@ def test_step_prediction_adds_exposed_and_other_time():
     assert t["exposed_ms"] == pytest.approx(3.0)
     assert t["step_ms"] == pytest.approx(6.5)
     assert t["exposed_share_of_step"] == pytest.approx(3.0 / 6.5)
+
+
+def test_other_time_of_a_run_is_step_minus_forward_backward():
+    assert other_ms_of_run({"step_ms_p50": 12.0, "fwd_bwd_ms_p50": 9.5}) == pytest.approx(2.5)
+    assert other_ms_of_run({"step_ms_p50": 9.0, "fwd_bwd_ms_p50": 9.5}) == 0.0, "noise below 0: none"
+    assert other_ms_of_run({"step_ms_p50": 12.0, "fwd_bwd_ms_p50": None}) == 0.0, "unknown: none"
+    assert other_ms_of_run({}) == 0.0
 
 
 # ---- bucket layout -----------------------------------------------------------------------------------------
@@ -169,7 +187,30 @@ def _mistakes(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["--alpha-us", "5", "--busbw-gbps", "50", "--world-size", "8"], "--model NAME"),
         (["--alpha-us", "5", "--busbw-gbps", "0", "--model", "resnet50"], "--busbw-gbps"),
         (["--sweep", good, "--run", str(tmp_path)], "no summary.json"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--model", "resnet50", "--world-size", "many"], "--world-size"),
+        (["--sweep", good, "--model", "resnet50", "--json", str(tmp_path / "no" / "p.json")], "--json"),
     ]
+
+
+def test_help_and_empty_command_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        predict_cli.main(["-h"])
+    assert exit_info.value.code == 0 and "--busbw-gbps" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(lambda: predict_cli.main([]), PROG)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith(f"{PROG}: error: give --model NAME")
+
+
+def test_main_returns_0_and_the_prediction_is_a_function(capsys):
+    args = ["--model", "resnet_tiny", "--world-size", "8", "--alpha-us", "10", "--busbw-gbps", "5"]
+    result = predict_cli.predict_from_args(predict_cli.build_parser().parse_args(args))
+    assert result["world_size"] == 8 and result["model"] == "resnet_tiny" and result["formulas"]
+    assert result["totals"]["buckets"] == len(result["buckets"]) > 0
+    assert predict_cli.main(args) == 0 and "Formulas:" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="--bucket-cap-mb must be positive"):
+        predict_cli.predict_from_args(predict_cli.build_parser().parse_args([*args, "--bucket-cap-mb", "nan"]))
 
 
 def test_cli_mistakes_are_one_line_and_exit_2(tmp_path):

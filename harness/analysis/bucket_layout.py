@@ -27,8 +27,10 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Bucket:
-    """One gradient bucket, in launch order (bucket 0 holds the last layers and is reduced first)."""
+class PlannedBucket:
+    """One gradient bucket as the prediction sees it, in launch order (bucket 0 holds the last layers and is
+    reduced first): its size and parameter range, from DDP's rule or a run's summary.json. Not the hook's
+    record of a live bucket's contents (harness.train.hook)."""
 
     index: int
     numel: int
@@ -50,7 +52,7 @@ def bucket_limits_bytes(bucket_cap_mb: float | None) -> list[int]:
     return [cap, cap]
 
 
-def ddp_bucket_layout(model: nn.Module, bucket_cap_mb: float | None = None) -> list[Bucket]:
+def ddp_bucket_layout(model: nn.Module, bucket_cap_mb: float | None = None) -> list[PlannedBucket]:
     """The buckets DDP would build for `model` after its rebuild, gradients taken as ready in reverse order.
 
     The model may live on the meta device: only shapes and dtypes are read.
@@ -68,7 +70,7 @@ def ddp_bucket_layout(model: nn.Module, bucket_cap_mb: float | None = None) -> l
     for index, indices in enumerate(groups):
         params = [named[i][1] for i in indices]
         buckets.append(
-            Bucket(
+            PlannedBucket(
                 index=index,
                 numel=sum(p.numel() for p in params),
                 grad_itemsize=params[0].element_size(),
@@ -80,7 +82,7 @@ def ddp_bucket_layout(model: nn.Module, bucket_cap_mb: float | None = None) -> l
     return buckets
 
 
-def model_bucket_layout(model_name: str, bucket_cap_mb: float | None = None) -> list[Bucket]:
+def model_bucket_layout(model_name: str, bucket_cap_mb: float | None = None) -> list[PlannedBucket]:
     """`ddp_bucket_layout` of a registered model, built on the meta device (no memory, no download)."""
     import torch
 
@@ -92,7 +94,7 @@ def model_bucket_layout(model_name: str, bucket_cap_mb: float | None = None) -> 
     return ddp_bucket_layout(model, bucket_cap_mb)
 
 
-def layout_from_summary(summary: dict[str, Any]) -> list[Bucket]:
+def layout_from_summary(summary: dict[str, Any]) -> list[PlannedBucket]:
     """The measured buckets of a train.py run (its summary.json), in launch order."""
     buckets = []
     for b in sorted(summary.get("buckets", []), key=lambda b: b["index"]):
@@ -100,7 +102,7 @@ def layout_from_summary(summary: dict[str, Any]) -> list[Bucket]:
         itemsize = b["bytes"] // b["numel"] if b.get("numel") else 4
         grad_itemsize = itemsize if summary.get("settings", {}).get("comm_hook") == "allreduce" else 4
         buckets.append(
-            Bucket(
+            PlannedBucket(
                 index=b["index"],
                 numel=b["numel"],
                 grad_itemsize=grad_itemsize,

@@ -1,0 +1,285 @@
+"""The arithmetic of comparing runs: each run's values and settings, changes against a baseline, rows, order.
+
+Each number comes from summary.json's totals; where summary.json lacks it (a killed run has no summary.json
+at all), it is the median of the event file's per-step scalars, warm-up steps (`step/warmup` = 1) left out.
+Changes against the baseline are relative, in %, for samples/s, step ms, comm ms and exposed ms, and
+absolute, in percentage points, for overlap. With group_repeats a row is the median over one run name's
+runs, with the spread of their step times. Pure functions of RunData (harness.analysis.runs): no files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.analysis.finite import is_finite
+from harness.analysis.runs import RunData
+from harness.common.cli import UsageError
+from harness.common.metrics import busbw_gbps, percentile
+from harness.common.names import SUMMARY_FILE, WARMUP_STEPS, WARMUP_TAG
+
+MISSING = "—"  # a setting or value that neither summary.json nor the event file holds
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One measured column: its summary.json totals key is `<key>_p50`, its per-step TensorBoard tag `tag`."""
+
+    key: str
+    header: str
+    tag: str | None
+    change: str | None  # "pct" (relative change, %), "pt" (absolute change, percentage points) or None
+    spec: str = ""  # format spec for the tables; "" keeps three or four significant figures
+
+
+METRICS = (
+    Metric("samples_per_s", "samples/s", "step/samples_per_s", "pct"),
+    Metric("step_ms", "step ms", "step/time_ms", "pct"),
+    Metric("comm_ms", "comm ms", "comm/time_ms", "pct"),
+    Metric("exposed_ms", "exposed ms", "comm/exposed_ms", "pct"),
+    Metric("overlap_pct", "overlap %", "comm/overlap_pct", "pt", ".1f"),
+    Metric("busbw_gbps", "busbw GB/s", None, None),  # from bytes over the median comm time, never averaged
+)
+SETTINGS = (  # (key, header) of the settings that tell runs apart
+    ("model", "model"),
+    ("world_size", "ranks"),
+    ("backend", "backend"),
+    ("bucket_cap_mb", "bucket MiB"),
+    ("comm_hook", "hook"),
+    ("precision", "precision"),
+    ("batch", "batch"),
+)
+SORT_KEYS = ("run", *(m.key for m in METRICS))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One run as shown: settings as text, measured values and changes as numbers (None where unknown)."""
+
+    name: str
+    settings: dict[str, str]
+    values: dict[str, float | None]
+    changes: dict[str, float | None]
+    sample_unit: str | None  # "image" or "token"; None where only events were left
+    complete: bool
+    note: str
+    is_baseline: bool = False
+    runs: int = 1  # with --group-repeats: how many runs this row is the median of
+    step_spread_pct: float | None = None  # with --group-repeats: (max − min) / median of the runs' step ms, %
+
+
+def change_pct(value: float | None, base: float | None) -> float | None:
+    """Relative change of `value` against `base` in %, over |base| so that + always means the value rose
+    (exposed ms can be slightly negative: noise); None when either is unknown or the base is 0."""
+    if not is_finite(value) or not is_finite(base) or base == 0:
+        return None
+    return (value - base) / abs(base) * 100.0
+
+
+def change_pt(value: float | None, base: float | None) -> float | None:
+    """Absolute change in percentage points (for values that are themselves %)."""
+    if not is_finite(value) or not is_finite(base):
+        return None
+    return value - base
+
+
+def natural_key(name: str) -> list[str | float]:
+    """Sort key that compares the numbers inside names by value: bucket0.25 < bucket0.5 < bucket1 < bucket25."""
+    # re.split with a group alternates text and numbers, so equal positions always hold the same type.
+    return [float(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+(?:\.\d+)?)", name))]
+
+
+def run_group(name: str) -> str:
+    """The run name of a run (`<run_name>/<version>` -> `<run_name>`): repeats of one configuration share it."""
+    return name.rsplit("/", 1)[0] if "/" in name else name
+
+
+def select_baseline(names: Sequence[str], query: str | None) -> str:
+    """The baseline's name: `query` matching a name exactly, else the one name containing it; default the first
+    name in sorted order. A query that matches none or several is a UsageError listing the candidates."""
+    if not names:
+        raise UsageError("no runs to compare")
+    if query is None:
+        return min(names, key=natural_key)
+    wanted = query.rstrip("/") or query
+    if wanted in names:
+        return wanted
+    matches = sorted((name for name in names if wanted in name), key=natural_key)
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise UsageError(f"--baseline {query!r} matches no run; runs: {', '.join(sorted(names, key=natural_key))}")
+    raise UsageError(f"--baseline {query!r} is ambiguous; it matches: {', '.join(matches)}")
+
+
+def measured(scalars: dict[str, list[tuple[int, float]]], tag: str) -> list[float]:
+    """A tag's values after warm-up: steps marked `step/warmup` = 1, or steps 0 and 1 where the mark is absent."""
+    warmup_marks = scalars.get(WARMUP_TAG)
+    warm = {step for step, value in warmup_marks if value == 1} if warmup_marks else set(range(WARMUP_STEPS))
+    return [value for step, value in scalars.get(tag, []) if step not in warm]
+
+
+def run_values(run: RunData) -> dict[str, float | None]:
+    """Each metric from summary.json's totals, else the median of its per-step scalars (None if neither)."""
+    totals = (run.summary or {}).get("totals") or {}
+    world_size = run_world_size(run)
+    values: dict[str, float | None] = {}
+    for metric in METRICS:
+        value = totals.get(f"{metric.key}_p50")
+        if not is_finite(value) and metric.tag is not None:
+            value = percentile(measured(run.scalars, metric.tag), 50)
+        values[metric.key] = value if is_finite(value) else None
+    if values["busbw_gbps"] is None:
+        values["busbw_gbps"] = _busbw_from_events(run.scalars, values["comm_ms"], world_size)
+    return values
+
+
+def run_world_size(run: RunData) -> int | None:
+    """From summary.json, the event file's hparams, or samples/s over samples/s per device (a killed run)."""
+    for source in ((run.summary or {}).get("world_size"), run.hparams.get("world_size")):
+        if is_finite(source):
+            return int(source)
+    total = measured(run.scalars, "step/samples_per_s")
+    per_device = measured(run.scalars, "step/samples_per_s_per_device")
+    if total and per_device and per_device[-1] > 0:
+        return round(total[-1] / per_device[-1])
+    return None
+
+
+def run_settings(run: RunData) -> dict[str, str]:
+    """The settings that tell runs apart, as text: from summary.json, else the event file's hparams."""
+    summary = run.summary or {}
+    settings = {**run.hparams, **(summary.get("settings") or {})}
+    world_size = run_world_size(run)
+    backend = summary.get("backend") or run.hparams.get("backend")
+    bucket = settings.get("bucket_cap_mb")
+    hook = settings.get("comm_hook")
+    if hook == "powersgd" and settings.get("powersgd_rank") is not None:
+        hook = f"powersgd{settings['powersgd_rank']}"
+    batch = settings.get("batch_size")
+    accumulate = settings.get("accumulate_grad_batches") or 1
+    if batch is not None and accumulate != 1:
+        batch = f"{batch}×{accumulate}"
+    text = {
+        "model": settings.get("model"),
+        "world_size": world_size,
+        "backend": backend,
+        "bucket_cap_mb": ("default" if "bucket_cap_mb" in settings else None) if bucket is None else f"{bucket:g}",
+        "comm_hook": hook,
+        "precision": settings.get("precision"),
+        "batch": batch,
+    }
+    return {key: MISSING if value is None else str(value) for key, value in text.items()}
+
+
+def run_status(run: RunData) -> tuple[bool, str]:
+    """(complete, note): a run is complete when summary.json says so."""
+    if run.summary is None:
+        return False, run.problem or f"no {SUMMARY_FILE}: values from the event file (killed or still running)"
+    if not run.summary.get("completed", False):
+        return False, f"did not finish: {run.summary.get('reason') or 'no reason recorded'}"
+    return True, ""
+
+
+def build_rows(runs: Sequence[RunData], baseline: str | None = None, group_repeats: bool = False) -> list[Row]:
+    """One row per run, or per run name with `group_repeats` (the median of its runs), in natural name order,
+    with changes against the baseline row (see select_baseline)."""
+    runs = sorted(runs, key=lambda r: natural_key(r.name))
+    if group_repeats:
+        groups: dict[str, list[RunData]] = {}
+        for run in runs:
+            groups.setdefault(run.group or run_group(run.name), []).append(run)
+        rows = [_group_row(name, groups[name]) for name in sorted(groups, key=natural_key)]
+    else:
+        rows = [_run_row(run) for run in runs]
+    base_name = select_baseline([r.name for r in rows], baseline)
+    base = next(r for r in rows if r.name == base_name).values
+    return [
+        dataclasses.replace(row, changes=_changes(row.values, base), is_baseline=row.name == base_name) for row in rows
+    ]
+
+
+def _run_row(run: RunData) -> Row:
+    complete, note = run_status(run)
+    return Row(
+        name=run.name,
+        settings=run_settings(run),
+        values=run_values(run),
+        changes={},
+        sample_unit=(run.summary or {}).get("sample_unit"),
+        complete=complete,
+        note=note,
+    )
+
+
+def _group_row(name: str, members: Sequence[RunData]) -> Row:
+    """The median of each column over a run name's completed runs (over all of them when none completed);
+    busbw from the median comm time, as for one run."""
+    all_rows = [_run_row(run) for run in members]
+    completed = [row for row in all_rows if row.complete]
+    member_rows = completed or all_rows
+    values: dict[str, float | None] = {}
+    for metric in METRICS:
+        known = [row.values[metric.key] for row in member_rows if row.values[metric.key] is not None]
+        values[metric.key] = percentile(known, 50) if known else None
+    # busbw is bytes × factor / time: scale one run's busbw by its comm time over the median comm time.
+    values["busbw_gbps"] = next(
+        (
+            row.values["busbw_gbps"] * row.values["comm_ms"] / values["comm_ms"]
+            for row in member_rows
+            if row.values["busbw_gbps"] is not None and row.values["comm_ms"] and values["comm_ms"]
+        ),
+        None,
+    )
+    steps = [row.values["step_ms"] for row in member_rows if row.values["step_ms"] is not None]
+    spread = (max(steps) - min(steps)) / percentile(steps, 50) * 100 if len(steps) > 1 else None
+    settings = member_rows[0].settings
+    # A failed run is named either way: left out beside completed runs, else the row is made of it.
+    failed = [row for row in all_rows if not row.complete]
+    notes = [f"{row.name} left out: {row.note}" if completed else f"{row.name}: {row.note}" for row in failed]
+    if any(row.settings != settings for row in member_rows):
+        notes.append("its runs' settings differ")
+    units = {row.sample_unit for row in member_rows}
+    return Row(
+        name=name,
+        settings=settings,
+        values=values,
+        changes={},
+        sample_unit=units.pop() if len(units) == 1 else None,
+        complete=all(row.complete for row in member_rows),
+        note="; ".join(notes),
+        runs=len(member_rows),
+        step_spread_pct=spread,
+    )
+
+
+def _changes(values: dict[str, float | None], base: dict[str, float | None]) -> dict[str, float | None]:
+    changes: dict[str, float | None] = {}
+    for metric in METRICS:
+        if metric.change == "pct":
+            changes[metric.key] = change_pct(values[metric.key], base[metric.key])
+        elif metric.change == "pt":
+            changes[metric.key] = change_pt(values[metric.key], base[metric.key])
+    return changes
+
+
+def sort_rows(rows: Sequence[Row], key: str, descending: bool = False) -> list[Row]:
+    """Rows ordered by `key` ("run" or a metric key); rows without that value go last either way."""
+    if key == "run":
+        return sorted(rows, key=lambda r: natural_key(r.name), reverse=descending)
+    known = [r for r in rows if r.values.get(key) is not None]
+    unknown = [r for r in rows if r.values.get(key) is None]
+    return sorted(known, key=lambda r: r.values[key], reverse=descending) + unknown
+
+
+def _busbw_from_events(
+    scalars: dict[str, list[tuple[int, float]]], comm_ms: float | None, world_size: int | None
+) -> float | None:
+    """Step bytes over the median comm time (METRICS.md: bandwidth from a time percentile, never averaged)."""
+    step_bytes = measured(scalars, "comm/bytes")
+    if not step_bytes or comm_ms is None or world_size is None:
+        return None
+    value = busbw_gbps("all_reduce", step_bytes[-1], comm_ms / 1e3, world_size)
+    return value if is_finite(value) else None

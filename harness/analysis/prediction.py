@@ -1,0 +1,202 @@
+"""The prediction model: a training step's gradient communication from a network's α and bus bandwidth.
+
+Each bucket's all_reduce time follows the α-β model with the ring's bus-bandwidth factor; buckets are
+reduced one after another, each starting once its gradients are ready, and whatever runs past the end of
+backward is exposed. FORMULAS states every step of it; harness.analysis.prediction_report prints them with
+the numbers. The network comes from a raw sweep's all_reduce fit (network_from_sweep) or is given; the
+buckets come from harness.analysis.bucket_layout. A run's summary.json adds measured/predicted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.analysis.bucket_layout import PlannedBucket
+from harness.analysis.finite import is_finite
+from harness.analysis.sweep_fits import load_fits
+from harness.common.cli import UsageError
+from harness.common.metrics import busbw_factor
+
+ALPHA_SCALINGS = ("constant", "ring")
+HOOKS = ("allreduce", "fp16", "bf16")  # PowerSGD's traffic depends on its rank and state: not modelled
+COMPRESSED_ITEMSIZE = {"fp16": 2, "bf16": 2}
+# Backward costs about twice the forward (two matmuls per forward matmul), so 2/3 of forward + backward.
+DEFAULT_BACKWARD_SHARE = 2 / 3
+
+FORMULAS = (
+    "S_i = numel_i × bytes per element on the wire (4 for fp32 gradients, 2 with the fp16/bf16 hooks)",
+    "t_i = α(n) + S_i × 2(n−1)/n / B_bus   (ring all_reduce: each rank sends and receives 2(n−1)/n × S)",
+    "B_bus = β_sweep × 2(n_s−1)/n_s   (the sweep fits t = α + S/β at its world size n_s: β is algbw there)",
+    "α(n) = α   (--alpha-scaling constant)   or   α × (n−1)/(n_s−1)   (ring: 2(n−1) hops, each α/(2(n_s−1)))",
+    "comm = Σ t_i   (buckets are reduced one after another, in index order)",
+    "r_i = F + B × (S_0 + … + S_i) / Σ S   (bucket i ready: gradients arrive in proportion to bytes over backward;"
+    " F = (1−b)·C forward, B = b·C backward, C = compute-only forward + backward)",
+    "start_i = max(r_i, end_{i−1}),  end_i = start_i + t_i,  exposed = max(0, end_last − C)",
+    "step = C + exposed + other   (other: the rest of the step, the optimizer; from --run, else 0)",
+    "efficiency = measured / predicted   (1.0: training reaches what the sweep's network predicts; above: slower)",
+)
+
+
+@dataclass(frozen=True)
+class Network:
+    """all_reduce cost on one network: latency α at the reference world size and the bus bandwidth."""
+
+    alpha_us: float
+    busbw_gbps: float
+    ref_world_size: int
+    """The world size α was measured at (the sweep's), for --alpha-scaling ring."""
+    alpha_scaling: str = "constant"
+    source: str = ""
+
+    def alpha_at_us(self, world_size: int) -> float:
+        """α(n): constant, or growing with the ring's 2(n−1) hops."""
+        if self.alpha_scaling == "constant" or self.ref_world_size < 2:
+            return self.alpha_us
+        return self.alpha_us * (world_size - 1) / (self.ref_world_size - 1)
+
+    def all_reduce_us(self, size_bytes: float, world_size: int) -> float:
+        """t = α(n) + S × 2(n−1)/n / B_bus, in µs (with one rank nothing travels: t = α)."""
+        factor = busbw_factor("all_reduce", world_size)
+        transfer = 0.0 if factor == 0 or math.isinf(self.busbw_gbps) else size_bytes * factor / (self.busbw_gbps * 1e3)
+        return self.alpha_at_us(world_size) + transfer
+
+
+def busbw_from_beta(beta_gbps: float, world_size: int) -> float:
+    """The bus bandwidth behind a sweep's β (algbw-scale at `world_size`): β × 2(n−1)/n."""
+    return beta_gbps * busbw_factor("all_reduce", world_size)
+
+
+def network_from_sweep(path: str, alpha_scaling: str = "constant") -> Network:
+    """The all_reduce fit of a raw sweep's JSON Lines (eager throughput, in place, else out of place)."""
+    if not Path(path).is_file():
+        raise UsageError(f"--sweep {path!r} is not a file; write one with python -m harness.raw_sweep --json PATH")
+    fit, placement = None, ""
+    for placement in ("in_place", "out_of_place"):
+        try:
+            fit = load_fits(path, placement=placement).get("all_reduce")
+        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as err:
+            raise UsageError(f"--sweep {path!r} is not a raw_sweep JSON Lines file ({err})") from None
+        if fit is not None:
+            break
+    if fit is None:
+        raise UsageError(
+            f"--sweep {path!r} has no all_reduce fit (eager throughput); run python -m harness.raw_sweep "
+            "--collectives all_reduce --json PATH over at least two sizes"
+        )
+    if fit.world_size < 2:
+        raise UsageError(f"--sweep {path!r} ran on 1 rank: no data crossed a link, so it has no bandwidth")
+    return Network(
+        alpha_us=fit.alpha_us,
+        busbw_gbps=busbw_from_beta(fit.beta_gbps, fit.world_size),
+        ref_world_size=fit.world_size,
+        alpha_scaling=alpha_scaling,
+        source=f"sweep {path} (all_reduce {placement}, {fit.world_size} ranks, β {fit.beta_gbps:.4g} GB/s algbw)",
+    )
+
+
+def wire_bytes(bucket: PlannedBucket, hook: str) -> int:
+    """Bytes of the bucket's all_reduce: compressed hooks send 2 bytes an element, else the gradient's."""
+    return bucket.numel * COMPRESSED_ITEMSIZE.get(hook, bucket.grad_itemsize)
+
+
+def overlap_timeline(
+    times_ms: list[float], sizes: list[int], compute_ms: float, backward_share: float
+) -> tuple[list[float], list[float], float]:
+    """(ready, end) of each bucket and the exposed ms, with time 0 at the start of forward.
+
+    PlannedBucket i is ready once backward has produced its share of the bytes (r_i), starts when it is ready
+    and the previous bucket is done, and what ends after backward (at compute_ms) is exposed.
+    """
+    total = sum(sizes) or 1
+    forward_ms, backward_ms = (1 - backward_share) * compute_ms, backward_share * compute_ms
+    ready, ends, done, cumulative = [], [], 0.0, 0
+    for t, size in zip(times_ms, sizes, strict=True):
+        cumulative += size
+        r = forward_ms + backward_ms * cumulative / total
+        done = max(r, done) + t
+        ready.append(r)
+        ends.append(done)
+    return ready, ends, max(0.0, done - compute_ms) if ends else 0.0
+
+
+def predict(
+    buckets: list[PlannedBucket],
+    network: Network,
+    world_size: int,
+    hook: str = "allreduce",
+    compute_ms: float | None = None,
+    other_ms: float = 0.0,
+    backward_share: float = DEFAULT_BACKWARD_SHARE,
+) -> dict[str, Any]:
+    """Per-bucket and per-step predicted communication; exposure too when the compute time is known."""
+    sizes = [wire_bytes(b, hook) for b in buckets]
+    times_ms = [network.all_reduce_us(s, world_size) / 1e3 for s in sizes]
+    comm_ms = sum(times_ms)
+    rows = [
+        {"index": b.index, "bytes": s, "predicted_ms": t, "first_param": b.first_param, "last_param": b.last_param}
+        for b, s, t in zip(buckets, sizes, times_ms, strict=True)
+    ]
+    totals: dict[str, Any] = {"bytes_per_step": sum(sizes), "buckets": len(buckets), "comm_ms": comm_ms}
+    if compute_ms is not None:
+        ready, ends, exposed = overlap_timeline(times_ms, sizes, compute_ms, backward_share)
+        for row, r, e in zip(rows, ready, ends, strict=True):
+            row["ready_ms"], row["end_ms"] = r, e
+        step_ms = compute_ms + exposed + other_ms
+        totals.update(
+            compute_ms=compute_ms,
+            other_ms=other_ms,
+            backward_share=backward_share,
+            exposed_ms=exposed,
+            step_ms=step_ms,
+            exposed_share_of_step=exposed / step_ms if step_ms > 0 else math.nan,
+            overlap_pct=100.0 * (1 - exposed / comm_ms) if comm_ms > 0 else math.nan,
+        )
+    return {
+        "world_size": world_size,
+        "hook": hook,
+        "network": {
+            "alpha_us": network.alpha_us,
+            "alpha_at_world_size_us": network.alpha_at_us(world_size),
+            "busbw_gbps": network.busbw_gbps,
+            "ref_world_size": network.ref_world_size,
+            "alpha_scaling": network.alpha_scaling,
+            "source": network.source,
+        },
+        "buckets": rows,
+        "totals": totals,
+    }
+
+
+def add_efficiency(prediction: dict[str, Any], summary: dict[str, Any]) -> None:
+    """Measured (summary.json) / predicted, per bucket and per step, into `prediction`."""
+    measured = {b["index"]: b for b in summary.get("buckets", [])}
+    for row in prediction["buckets"]:
+        m = measured.get(row["index"], {}).get("time_ms_p50")
+        row["measured_ms"] = m
+        row["measured_over_predicted"] = _ratio(m, row["predicted_ms"])
+    totals, run = prediction["totals"], summary.get("totals", {})
+    totals["measured_comm_ms"] = run.get("comm_ms_p50")
+    totals["comm_measured_over_predicted"] = _ratio(run.get("comm_ms_p50"), totals["comm_ms"])
+    if "exposed_ms" in totals:
+        totals["measured_exposed_ms"] = run.get("exposed_ms_p50")
+        totals["measured_step_ms"] = run.get("step_ms_p50")
+        totals["step_measured_over_predicted"] = _ratio(run.get("step_ms_p50"), totals["step_ms"])
+    sources = {b.get("time_source") for b in summary.get("buckets", [])}
+    prediction["measured_time_source"] = ",".join(sorted(s for s in sources if s))
+
+
+def other_ms_of_run(totals: dict[str, Any]) -> float:
+    """The part of a run's step outside forward + backward (the optimizer, the rest), from its summary.json
+    totals: step ms − forward+backward ms (medians), 0 where either is unknown."""
+    step, fwd_bwd = totals.get("step_ms_p50"), totals.get("fwd_bwd_ms_p50")
+    return max(0.0, step - fwd_bwd) if is_finite(step) and is_finite(fwd_bwd) else 0.0
+
+
+def _ratio(measured: float | None, predicted: float) -> float | None:
+    if not is_finite(measured) or predicted <= 0:
+        return None
+    return measured / predicted

@@ -1,0 +1,106 @@
+"""The prediction as text: a bucket table, the step totals, measured/predicted, and the formulas with numbers.
+
+Input is the result dict of harness.analysis.prediction.predict, as harness.predict completes it (model,
+layout, compute source, formulas, and an `efficiency` prediction when the run differs in world size or hook).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.analysis.finite import is_finite
+from harness.common.metrics import busbw_factor
+from harness.common.names import MB
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return format(value, spec) if is_finite(value) else "n/a"
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """The whole report: header, the bucket table, step totals, efficiency against a run, the formulas."""
+    net, t = result["network"], result["totals"]
+    n = result["world_size"]
+    lines = [
+        f"# harness.predict: {result['model']}, {t['buckets']} buckets ({result['layout']}), hook {result['hook']}, "
+        f"world size {n}",
+        f"# network: {net['source']}",
+        f"# α = {net['alpha_us']:.2f} µs at {net['ref_world_size']} ranks, α({n}) = {net['alpha_at_world_size_us']:.2f}"
+        f" µs ({net['alpha_scaling']}); B_bus = {net['busbw_gbps']:.4g} GB/s",
+    ]
+    lines += _bucket_table(result)
+    lines.append(
+        f"# predicted comm {t['comm_ms']:.3f} ms per step for {t['bytes_per_step'] / MB:.2f} MB"
+        f" (sum of the buckets' times)"
+    )
+    if "exposed_ms" in t:
+        lines.append(
+            f"# predicted exposed {t['exposed_ms']:.3f} ms of a {t['step_ms']:.3f} ms step "
+            f"({100 * t['exposed_share_of_step']:.1f} %; overlap {_fmt(t['overlap_pct'], '.1f')} %); compute-only "
+            f"forward+backward {t['compute_ms']:.3f} ms from {result['compute_source']}, backward share "
+            f"{t['backward_share']:.2f}, other {t['other_ms']:.3f} ms"
+        )
+    else:
+        lines.append("# exposure not predicted: give --compute-ms (forward + backward without communication) or --run")
+    eff = result.get("efficiency")
+    if eff is not None:
+        lines.append(
+            f"# efficiency against the run {result['run']} at its own world size {eff['world_size']} and hook "
+            f"{eff['hook']}:"
+        )
+        lines += _bucket_table(eff)
+        lines += _efficiency_lines(eff)
+    elif "run" in result:
+        lines += _efficiency_lines(result)
+    lines.append("Formulas:")
+    lines += [f"  {f}" for f in result["formulas"]]
+    lines += _worked_example(result)
+    return "\n".join(lines)
+
+
+def _worked_example(result: dict[str, Any]) -> list[str]:
+    """The formulas with this prediction's numbers, for bucket 0."""
+    net, n = result["network"], result["world_size"]
+    factor = busbw_factor("all_reduce", n)
+    lines = [f"  here: n = {n}, 2(n−1)/n = {factor:.4f}, α({n}) = {net['alpha_at_world_size_us']:.2f} µs, "
+             f"B_bus = {net['busbw_gbps']:.4g} GB/s"]  # fmt: skip
+    if result["buckets"]:
+        b = result["buckets"][0]
+        lines.append(
+            f"  t_0 = {net['alpha_at_world_size_us']:.2f} µs + {b['bytes']} B × {factor:.4f} / "
+            f"{net['busbw_gbps']:.4g} GB/s = {b['predicted_ms']:.3f} ms"
+        )
+    return lines
+
+
+def _bucket_table(result: dict[str, Any]) -> list[str]:
+    measured = "measured_ms" in (result["buckets"][0] if result["buckets"] else {})
+    head = f"{'bucket':>6} {'MB':>9} {'predicted ms':>13}"
+    if measured:
+        head += f" {'measured ms':>12} {'meas/pred':>9}"
+    lines = [head]
+    for b in result["buckets"]:
+        line = f"{b['index']:>6} {b['bytes'] / MB:>9.3f} {b['predicted_ms']:>13.3f}"
+        if measured:
+            line += f" {_fmt(b['measured_ms']):>12} {_fmt(b['measured_over_predicted'], '.2f'):>9}"
+        lines.append(line)
+    return lines
+
+
+def _efficiency_lines(result: dict[str, Any]) -> list[str]:
+    t = result["totals"]
+    lines = [
+        f"# network efficiency (measured/predicted comm per step): {_fmt(t['comm_measured_over_predicted'], '.2f')}"
+        f" = {_fmt(t['measured_comm_ms'])} / {t['comm_ms']:.3f} ms"
+    ]
+    if "measured_exposed_ms" in t:
+        lines.append(
+            f"# exposed: measured {_fmt(t['measured_exposed_ms'])} ms, predicted {t['exposed_ms']:.3f} ms; step: "
+            f"measured {_fmt(t['measured_step_ms'])} ms, predicted {t['step_ms']:.3f} ms"
+        )
+    if result.get("measured_time_source") == "ready_to_done":
+        lines.append(
+            "# measured bucket times are ready to done (no backend execution time on gloo): they include waiting "
+            "behind earlier buckets and the CPU shared with backward"
+        )
+    return lines
