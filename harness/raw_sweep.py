@@ -55,8 +55,9 @@ from harness.common.dist_env import default_backend, detect
 from harness.common.local_launch import spawn_local
 from harness.common.names import GRACE_S
 from harness.sweep.collectives import COLLECTIVES, DTYPES, PLACEMENTS, REDUCE_OPS, parse_collectives, parse_dtype
-from harness.sweep.engine import PROG, Plan, run_sweep
+from harness.sweep.engine import PROG, run_sweep
 from harness.sweep.output import Fit, load_fits
+from harness.sweep.plan import Plan
 from harness.sweep.rank import run_rank, sweep_worker
 from harness.sweep.sizes import parse_size, parse_size_list, size_range
 

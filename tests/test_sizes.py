@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.common.cli import UsageError
-from harness.sweep.sizes import MAX_SIZES, SEED_ELEMENTS, format_size, parse_size, parse_size_list, size_range
+from harness.sweep.sizes import MAX_SIZES, SEED_ELEMENTS, parse_size, parse_size_list, size_range
 
 
 @pytest.mark.parametrize(
@@ -31,12 +31,6 @@ def test_parse_size_binary_suffixes(text, expected):
 def test_parse_size_rejects_with_the_option_name(text):
     with pytest.raises(UsageError, match="--min-bytes"):
         parse_size(text, "--min-bytes")
-
-
-def test_format_size_round_trips():
-    for size in (8, 1000, 1024, 1536, 3 * 1024**2, 1024**3):
-        assert parse_size(format_size(size)) == size
-    assert format_size(4 * 1024**2) == "4M"
 
 
 def test_range_by_factor_is_nccl_tests_loop():

@@ -18,11 +18,11 @@ import torch.distributed as dist
 
 from harness.common.cli import run_cli
 from harness.common.local_launch import AFTER_EXIT_GRACE_S, KILL_AFTER_TERM_S, spawn_local
+from harness.common.names import EXIT_FAILED
 from harness.raw_sweep import PROG, build_parser, main, make_plan
-from harness.sweep import collectives
-from harness.sweep import engine as sweep_engine
-from harness.sweep import rank as sweep_rank
-from harness.sweep.engine import Where, memory_problem
+from harness.sweep import collectives, engine
+from harness.sweep.capacity import memory_problem
+from harness.sweep.plan import Where
 from harness.sweep.rank import sweep_worker
 
 REPO = Path(__file__).resolve().parents[1]
@@ -236,7 +236,7 @@ def test_a_hung_rank_times_out(tmp_path):
     assert _gone(survivor), "rank 0 did not stop within --timeout + 15 s"
     # The launcher then gives the hung rank a few seconds, SIGCONT + SIGTERM, and SIGKILL if need be.
     code, err, took = _finish(proc, struck_at, HUNG_TIMEOUT_S + SLACK_S + STOP_HUNG_S)
-    assert code == sweep_rank.EXIT_FAILED and took < HUNG_TIMEOUT_S + SLACK_S + STOP_HUNG_S, (code, took, err[-2000:])
+    assert code == EXIT_FAILED and took < HUNG_TIMEOUT_S + SLACK_S + STOP_HUNG_S, (code, took, err[-2000:])
     assert f"Timed out waiting {HUNG_TIMEOUT_S * 1000}ms" in err
     _assert_rows_kept(jsonl, csv_path, ("failed",))
     assert all(_gone(rank["pid"]) for rank in header["ranks"])
@@ -317,7 +317,7 @@ def _allocation_fails_on_rank_1(plan) -> None:
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 4096 bytes.")
         return original(name, lay, placement, rank, dtype, device)
 
-    sweep_engine.make_buffers = make_buffers
+    engine.make_buffers = make_buffers  # measure_row looks it up in engine
     sweep_worker(plan)
 
 

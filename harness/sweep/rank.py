@@ -1,7 +1,7 @@
 """One rank of the raw sweep from rendezvous to teardown, under any launcher (spawn_local, torchrun, SLURM).
 
 The process group is created here with --timeout, which bounds the rendezvous and every collective (the
-backend's own timeout: gloo raises, NCCL's watchdog aborts); the engine bounds every wait for the GPU.
+backend's own timeout: gloo raises, NCCL's watchdog aborts); harness.sweep.clock bounds every wait for the GPU.
 A rank that fails prints one line naming the collective, size, placement, mode, phase, step and rank, and
 exits EXIT_FAILED; under torchrun the same line goes to the error file that torchrun's failure report
 reads. SIGINT and SIGTERM stop the sweep and exit 128 + the signal (130, 143). Rows already measured stay
@@ -19,7 +19,9 @@ from harness.common.dist_env import apply_safe_nccl_env, detect
 from harness.common.failures import Interrupted, SignalLatch, failure_text, report_failure, signal_name
 from harness.common.local_launch import exit_with, join_process_group
 from harness.common.names import EXIT_FAILED, EXIT_WRONG
-from harness.sweep.engine import PROG, GpuWaitTimeout, Plan, Where, run_sweep
+from harness.sweep.clock import GpuWaitTimeout
+from harness.sweep.engine import PROG, run_sweep
+from harness.sweep.plan import Plan, Where
 
 
 def run_rank(plan: Plan) -> int:

@@ -33,15 +33,6 @@ def parse_size(text: str, option: str = "size") -> int:
     return int(value)
 
 
-def format_size(size_bytes: int) -> str:
-    """The shortest exact form with a binary suffix: 8, 1K, 4M, 1G, 1536."""
-    for suffix in ("G", "M", "K"):
-        unit = UNITS[suffix]
-        if size_bytes >= unit and size_bytes % unit == 0:
-            return f"{size_bytes // unit}{suffix}"
-    return str(size_bytes)
-
-
 def size_range(
     min_bytes: int, max_bytes: int, step_factor: int | None = None, step_bytes: int | None = None
 ) -> list[int]:
