@@ -30,7 +30,7 @@ from pathlib import Path
 
 from harness.analysis.bucket_layout import layout_from_summary
 from harness.analysis.prediction import network_from_sweep, other_ms_of_run, predict
-from harness.analysis.sweep_fits import load_fits
+from harness.common.sweep_fits import load_fits
 from harness.predict import load_summary
 
 ROOT = Path(__file__).resolve().parents[1]

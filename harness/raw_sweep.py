@@ -54,9 +54,9 @@ from harness.common.cli import OneLineParser, UsageError, check_writable, run_cl
 from harness.common.dist_env import default_backend, detect
 from harness.common.local_launch import spawn_local
 from harness.common.names import GRACE_S
+from harness.common.sweep_fits import Fit, load_fits
 from harness.sweep.collectives import COLLECTIVES, DTYPES, PLACEMENTS, REDUCE_OPS, parse_collectives, parse_dtype
 from harness.sweep.engine import PROG, run_sweep
-from harness.sweep.output import Fit, load_fits
 from harness.sweep.plan import Plan
 from harness.sweep.rank import run_rank, sweep_worker
 from harness.sweep.sizes import parse_size, parse_size_list, size_range

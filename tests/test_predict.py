@@ -26,8 +26,8 @@ from harness.analysis.prediction import (
     predict,
     wire_bytes,
 )
-from harness.analysis.sweep_fits import load_fits
 from harness.common.cli import UsageError, run_cli
+from harness.common.sweep_fits import load_fits
 from models import get_model_spec
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,9 +17,9 @@ from typing import Any
 
 from harness.analysis.bucket_layout import PlannedBucket
 from harness.analysis.finite import is_finite
-from harness.analysis.sweep_fits import load_fits
 from harness.common.cli import UsageError
 from harness.common.metrics import busbw_factor
+from harness.common.sweep_fits import load_fits
 
 ALPHA_SCALINGS = ("constant", "ring")
 HOOKS = ("allreduce", "fp16", "bf16")  # PowerSGD's traffic depends on its rank and state: not modelled

@@ -3,5 +3,6 @@
 metrics (bandwidth formulas, percentiles, α–β fit), names (files, tags, units, exit codes), cli (UsageError,
 one-line errors, help formatting, writability checks), failures (signals, failure lines), dist_env (which
 launcher, which rank), local_launch (ranks started without a launcher), run_info (versions, recorded
-variables, JSON-safe values). cli, names, metrics and failures load without torch.
+variables, JSON-safe values), sweep_fits (the α–β fit record the sweep writes and predict reads). cli, names,
+metrics, failures and sweep_fits load without torch.
 """

@@ -11,7 +11,7 @@ JSON Lines records, each with a `record` key:
     end     how the sweep ended: status ok, wrong, failed or interrupted, the reason and where, rows written
 The CSV holds the rows, with ROW_FIELDS as columns. Nothing here is ever unpickled: JSON only.
 
-`load_fits(path)` reads the fits back, to predict a collective's time from its size elsewhere.
+harness.common.sweep_fits defines the fit record and reads it back (`load_fits`), for predictions.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ import csv
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, TextIO
 
-from harness.common.metrics import alpha_beta_time_us, fit_alpha_beta
 from harness.common.run_info import json_safe
+from harness.common.sweep_fits import fit_record
 
 ROW_FIELDS = (
     "collective", "size_bytes", "count", "dtype", "world_size", "nodes", "placement", "mode", "cuda_graph",
@@ -32,72 +31,6 @@ ROW_FIELDS = (
     "min_us", "max_us", "skew_us", "host_overhead_us", "emulated", "backend", "device", "skipped", "timing",
     "note",
 )  # fmt: skip
-FIT_METHOD = "least squares on relative error: minimise sum(((alpha + S/beta - t)/t)^2), alpha >= 0"
-
-
-@dataclass(frozen=True)
-class Fit:
-    """time = alpha + S/beta for one collective, fitted over a sweep's sizes."""
-
-    collective: str
-    placement: str
-    mode: str
-    cuda_graph: bool
-    alpha_us: float
-    beta_gbps: float
-    max_rel_error: float
-    world_size: int
-    dtype: str
-
-    def predict_time_us(self, size_bytes: float) -> float:
-        return alpha_beta_time_us(size_bytes, self.alpha_us, self.beta_gbps)
-
-
-def load_fits(path: str, mode: str = "throughput", placement: str = "in_place", cuda_graph: bool = False) -> dict:
-    """{collective: Fit} from a sweep's JSON Lines, for one (mode, placement, cuda_graph).
-
-    The defaults match what DDP does in training: an eager, in-place all_reduce. all_to_all and send_recv
-    have no in-place rows; ask for placement="out_of_place" for them.
-    """
-    fits = {}
-    with open(path) as lines:
-        for line in lines:
-            record = json.loads(line)
-            if record.get("record") != "fit":
-                continue
-            if (record["mode"], record["placement"], record["cuda_graph"]) != (mode, placement, cuda_graph):
-                continue
-            beta = math.inf if record["beta_gbps"] is None else record["beta_gbps"]
-            fits[record["collective"]] = Fit(
-                record["collective"], record["placement"], record["mode"], record["cuda_graph"],
-                record["alpha_us"], beta, record["max_rel_error"], record["world_size"], record["dtype"],
-            )  # fmt: skip
-    return fits
-
-
-def fit_record(rows: list[dict], factor: float) -> dict | None:
-    """The fit record for rows of one (collective, placement, mode, cuda_graph); None if it can't be fitted."""
-    usable = [row for row in rows if row["time_us"] is not None and row["size_bytes"] > 0]
-    fitted = fit_alpha_beta([row["size_bytes"] for row in usable], [row["time_us"] for row in usable])
-    if fitted is None:
-        return None
-    alpha, beta, worst = fitted
-    first = rows[0]
-    keys = ("collective", "placement", "mode", "cuda_graph", "dtype", "world_size", "nodes", "backend")
-    return {
-        "record": "fit",
-        **{key: first[key] for key in keys},
-        "alpha_us": alpha,
-        "beta_gbps": beta,
-        "beta_busbw_gbps": beta * factor,
-        "max_rel_error": worst,
-        "points": len(usable),
-        "min_size_bytes": min(row["size_bytes"] for row in usable),
-        "max_size_bytes": max(row["size_bytes"] for row in usable),
-        "method": FIT_METHOD,
-    }
-
-
 # ---- the table ------------------------------------------------------------------------------------------
 
 

@@ -3,7 +3,8 @@
 The sweep (harness.sweep.output) writes one fit record per (collective, placement, mode, cuda_graph):
 time = alpha + S/beta over the sizes it measured, fitted by harness.common.metrics.fit_alpha_beta.
 harness.predict reads the all_reduce fit back to predict a training step's communication. Writer and reader
-share this file so that the record's fields have one definition; it is plain JSON, without torch.
+share this file, in the base layer, so that the record's fields have one definition; it is plain JSON,
+without torch.
 """
 
 from __future__ import annotations
