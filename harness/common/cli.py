@@ -13,7 +13,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 
-from harness.common.names import EXIT_USAGE
+from harness.common.names import EXIT_BROKEN_PIPE, EXIT_USAGE
 
 
 class UsageError(Exception):
@@ -21,12 +21,22 @@ class UsageError(Exception):
 
 
 def run_cli(main: Callable[[], int], prog: str) -> int:
-    """Run `main`; a UsageError becomes `prog: error: message` on stderr and exit code 2, with no traceback."""
+    """Run `main`; a UsageError becomes `prog: error: message` on stderr and exit code 2, with no traceback.
+
+    A reader that closes the pipe early (`| head -1`) took what it wanted: the command stops quietly with
+    EXIT_BROKEN_PIPE, as a shell reports a command ended by SIGPIPE, instead of a BrokenPipeError traceback.
+    """
     try:
-        return main()
+        code = main()
+        sys.stdout.flush()  # inside the try: a pipe closed after the last print fails here, not at exit
+        return code
     except UsageError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
+    except BrokenPipeError:
+        # Python flushes stdout again at exit; point it at /dev/null so that flush cannot fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(EXIT_BROKEN_PIPE) from None
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -25,5 +25,6 @@ DEFAULT_BUCKET_CAP_MB = 25.0  # DDP's default cap (torch.nn.parallel.distributed
 EXIT_WRONG = 1  # the raw sweep's check found wrong elements
 EXIT_USAGE = 2  # a mistake in what the user asked for (argparse's own code)
 EXIT_FAILED = 3  # cut short: a collective failed or timed out, or a peer died
+EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE, as a shell reports it)
 # Beyond --timeout, how long ranks started by the harness itself have to stop on their own after one died.
 GRACE_S = 5.0
