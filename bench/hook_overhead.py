@@ -57,7 +57,7 @@ class Variant:
             self.state.begin_step(self.step_index)
             done = self.step_index - 2
             if done >= 0:
-                resolved = self.state.resolve_step(done, self.state.start_stamp(done + 1))
+                resolved = self.state.stamps.resolve(done, self.state.stamps.start(done + 1))
                 step_stats(resolved, 1.0, self.world_size)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
         with autocast:

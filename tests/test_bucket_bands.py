@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
-from harness.common.metrics import percentile
-from harness.train.callback import CommTimingCallback
-from harness.train.hook import BucketTiming
+from harness.train.stamps import BucketTiming
+from harness.train.step_log import BucketBands
 from harness.train.summary import BUCKET_BAND_STEPS, bucket_band_tags
 
 
@@ -15,17 +16,19 @@ def timing(step: int, index: int, ms: float) -> BucketTiming:
 
 
 def test_band_is_each_buckets_last_window():
-    callback = CommTimingCallback("allreduce", samples_per_step=1.0, sample_unit="image", settings={})
+    bucket_bands = BucketBands()
     steps = BUCKET_BAND_STEPS + 15
     bucket0 = [float(step) for step in range(steps)]  # rising: an unbounded window would lag behind
     bucket1 = [100.0 + (step % 7) for step in range(steps)]
     for step in range(steps):
-        bands = callback._bucket_bands([timing(step, 0, bucket0[step]), timing(step, 1, bucket1[step])])
+        bands = bucket_bands.add([timing(step, 0, bucket0[step]), timing(step, 1, bucket1[step])])
     for index, times in ((0, bucket0), (1, bucket1)):
         window = times[-BUCKET_BAND_STEPS:]
+        # Linear interpolation between closest ranks (numpy's default), which "inclusive" quantiles are.
+        deciles = statistics.quantiles(window, n=10, method="inclusive")
         p50, p10, p90 = bands[index]
-        assert p50 == pytest.approx(percentile(window, 50))
-        assert p10 == pytest.approx(percentile(window, 10)) and p90 == pytest.approx(percentile(window, 90))
+        assert p50 == pytest.approx(statistics.median(window))
+        assert p10 == pytest.approx(deciles[0]) and p90 == pytest.approx(deciles[8])
     assert bands[0][0] == pytest.approx(steps - BUCKET_BAND_STEPS / 2 - 0.5), "median of the last 20 of 0..34"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import torch
@@ -12,7 +13,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersg
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from harness.common.dist_env import NCCL_TIMING_ENV, NVLS_OFF_ENV
-from harness.train.hook import make_hook_state, register_timed_hook
+from harness.train.hook import TimedHookState, make_hook_state, register_timed_hook
+from harness.train.stamps import ResolvedStep
 from tests.multiproc import run_workers
 
 STEPS = 4  # step 0 has one bucket, step 1 rebuilds, PowerSGD compresses from step 2
@@ -30,8 +32,9 @@ def _small_model() -> torch.nn.Module:
     )
 
 
-def _train_grads(ddp: DDP, rank: int, on_step=None) -> list[torch.Tensor]:
-    """Run STEPS steps with inputs that differ per rank; return the flattened gradients of every step."""
+def _train_grads(ddp: DDP, rank: int, on_step=None, backward_ns: list | None = None) -> list[torch.Tensor]:
+    """Run STEPS steps with inputs that differ per rank; return the flattened gradients of every step.
+    `backward_ns` receives each step's (start, end) of `loss.backward()` on the test's own perf_counter_ns."""
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(100 + rank)
     grads = []
@@ -41,11 +44,20 @@ def _train_grads(ddp: DDP, rank: int, on_step=None) -> list[torch.Tensor]:
         x = torch.randn(4, 3, 8, 8, generator=gen)
         y = torch.randint(0, 10, (4,), generator=gen)
         loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        backward_start = time.perf_counter_ns()
         loss.backward()
+        if backward_ns is not None:
+            backward_ns.append((backward_start, time.perf_counter_ns()))
         grads.append(torch.cat([p.grad.flatten() for p in ddp.parameters()]).clone())
         opt.step()
         opt.zero_grad(set_to_none=True)
     return grads
+
+
+def _resolve_all(state: TimedHookState) -> list[ResolvedStep]:
+    """Resolve every step, as the callback does at the end of training (the last one up to now)."""
+    end = state.stamps.now()
+    return [state.stamps.resolve(s, end if s == STEPS - 1 else state.stamps.start(s + 1)) for s in range(STEPS)]
 
 
 SMALL_BUCKET_MB = 0.005  # a few KB: several buckets for the small model
@@ -70,12 +82,10 @@ def _compare_worker(rank: int, world_size: int, hook_name: str, bucket_cap_mb: f
     ddp = DDP(_small_model(), bucket_cap_mb=bucket_cap_mb)
     state = make_hook_state(hook_name, ddp.module, use_cuda=False, max_buckets=16)
     register_timed_hook(ddp, state)
-    timed = _train_grads(ddp, rank, on_step=state.begin_step)
-    end = state.stamp_now()
-    resolved = []
-    for step in range(STEPS):
-        nxt = end if step == STEPS - 1 else state.start_stamp(step + 1)
-        resolved.append(state.resolve_step(step, nxt))
+    backward_ns: list[tuple[int, int]] = []
+    timed = _train_grads(ddp, rank, on_step=state.begin_step, backward_ns=backward_ns)
+    starts = [state.stamps.start(step) for step in range(STEPS)]  # gloo: perf_counter_ns, as the test's clock
+    resolved = _resolve_all(state)
     trainable = sum(p.numel() for p in ddp.parameters() if p.requires_grad)
     return {
         "bitwise_equal": [torch.equal(a, b) for a, b in zip(reference, timed, strict=True)],
@@ -84,10 +94,16 @@ def _compare_worker(rank: int, world_size: int, hook_name: str, bucket_cap_mb: f
         "step_bytes": [sum(t.bytes for t in r.timings) for r in resolved],
         "bucket_counts": [len(r.timings) for r in resolved],
         "step_ms": [r.step_ms for r in resolved],
-        "stamps_ordered": all(0 <= t.ready_ms <= t.done_ms for r in resolved for t in r.timings),
+        # Every bucket became ready during its step's backward and was done before backward returned (DDP
+        # waits for every bucket's future there), as the test's own clock saw that backward.
+        "stamps_within_backward": all(
+            (bwd_start - start) / 1e6 <= t.ready_ms and t.done_ms <= (bwd_end - start) / 1e6
+            for r, start, (bwd_start, bwd_end) in zip(resolved, starts, backward_ns, strict=True)
+            for t in r.timings
+        ),
         "exec_ms": [t.exec_ms for r in resolved for t in r.timings],
         "dtypes": sorted({t.dtype for r in resolved for t in r.timings}),
-        "pending_after": state.pending_steps(),
+        "pending_after": state.stamps.pending_steps(),
         "trainable": trainable,
         "comm_hook": ddp._get_ddp_logging_data().get("comm_hook"),
     }
@@ -113,7 +129,7 @@ def test_timed_hook_keeps_numerics_and_counts_bytes(tmp_path, hook_name, bucket_
         assert res["bucket_counts"][0] == 1, "DDP's step 0 uses one bucket"
         if bucket_cap_mb == SMALL_BUCKET_MB:
             assert res["bucket_counts"][2] > 1, "the tiny cap must give several buckets after the rebuild"
-        assert res["stamps_ordered"]
+        assert res["stamps_within_backward"]
         assert all(ms > 0 for ms in res["step_ms"])
         assert all(e is None for e in res["exec_ms"]), "gloo reports no execution time"
         assert res["pending_after"] == []
@@ -137,8 +153,7 @@ def _powersgd_many_buckets_worker(rank: int, world_size: int) -> dict:
     state = make_hook_state("powersgd", ddp.module, use_cuda=False, max_buckets=16)
     register_timed_hook(ddp, state)
     grads = _train_grads(ddp, rank, on_step=state.begin_step)
-    end = state.stamp_now()
-    resolved = [state.resolve_step(s, end if s == STEPS - 1 else state.start_stamp(s + 1)) for s in range(STEPS)]
+    resolved = _resolve_all(state)
     return {
         "grad_sample": grads[-1][:8].tolist(),
         "step_bytes": [sum(t.bytes for t in r.timings) for r in resolved],
@@ -161,11 +176,7 @@ def _noop_worker(rank: int, world_size: int) -> dict:
     state = make_hook_state("noop", ddp.module, use_cuda=False)
     register_timed_hook(ddp, state)
     grads = _train_grads(ddp, rank, on_step=state.begin_step)
-    end = state.stamp_now()
-    bytes_ = [
-        sum(t.bytes for t in state.resolve_step(s, end if s == STEPS - 1 else state.start_stamp(s + 1)).timings)
-        for s in range(STEPS)
-    ]
+    bytes_ = [sum(t.bytes for t in r.timings) for r in _resolve_all(state)]
     gathered = [torch.zeros_like(grads[0]) for _ in range(world_size)]
     dist.all_gather(gathered, grads[0])
     return {"bytes": bytes_, "ranks_differ": not torch.equal(gathered[0], gathered[1])}
@@ -203,8 +214,7 @@ def test_nccl_path_reports_execution_time_and_keeps_numerics(tmp_path):
         for a, b in zip(reference.parameters(), timed.parameters(), strict=True):
             assert torch.equal(a.grad, b.grad)
             a.grad = b.grad = None
-    end = state.stamp_now()
-    resolved = [state.resolve_step(s, end if s == STEPS - 1 else state.start_stamp(s + 1)) for s in range(STEPS)]
+    resolved = _resolve_all(state)
     timings = [t for r in resolved for t in r.timings]
     assert len(timings) > STEPS, "several buckets after the rebuild"
     assert all(t.exec_ms is not None and t.exec_ms > 0 for t in timings), "NCCL reports each kernel's time"

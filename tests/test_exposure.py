@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from harness.common.metrics import percentile
 from harness.train.calibration import Calibration, zero_gradients
 from harness.train.hook import make_hook_state, register_timed_hook
 from harness.train.step_stats import step_stats
@@ -95,10 +95,10 @@ def _exposure_worker(rank: int, world_size: int, case: str) -> dict:
             zero_gradients(ddp.parameters())
         opt.step()
         opt.zero_grad(set_to_none=True)
-    end = state.stamp_now()
+    end = state.stamps.now()
     stats = []
     for s in range(STEPS):
-        resolved = state.resolve_step(s, end if s == STEPS - 1 else state.start_stamp(s + 1))
+        resolved = state.stamps.resolve(s, end if s == STEPS - 1 else state.stamps.start(s + 1))
         calibrating = calibration.is_calibration_step(s)
         if calibrating:
             calibration.add(resolved.fwd_bwd_ms)
@@ -108,9 +108,9 @@ def _exposure_worker(rank: int, world_size: int, case: str) -> dict:
     calibration_bytes = [s.bytes for s in stats if s.calibration]
     return {
         "compute_only_ms": compute_only_ms,
-        "comm_ms": percentile([s.comm_ms for s in measured], 50),
-        "exposed_ms": percentile([s.exposed_ms for s in measured], 50),
-        "overlap_pct": percentile([s.overlap_pct for s in measured], 50),
+        "comm_ms": statistics.median(s.comm_ms for s in measured),
+        "exposed_ms": statistics.median(s.exposed_ms for s in measured),
+        "overlap_pct": statistics.median(s.overlap_pct for s in measured),
         "buckets": measured[-1].buckets,
         "calibration_bytes": calibration_bytes,
         "params_equal": _replicas_agree(ddp),
@@ -145,5 +145,5 @@ def test_heavy_compute_hides_small_gradients(tmp_path):
         # Almost nothing is left after backward: exposed ≈ 0 against the step's compute.
         assert res["exposed_ms"] < 0.1 * res["compute_only_ms"], res
         # Overlap % itself is not asserted: with a few ms of communication against 250 ms of compute, the
-        # step-to-step noise of a loaded 2-core machine moves it across the whole range.
-        assert 0 <= res["overlap_pct"] <= 100
+        # step-to-step noise of a loaded 2-core machine moves it across the whole range (0 to 100, where
+        # step_stats.exposure clamps it).

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
-from harness.common.metrics import percentile
-from harness.train.hook import BucketTiming, ResolvedStep
+from harness.train.stamps import BucketTiming, ResolvedStep
 from harness.train.step_stats import BoundedSamples, RunAggregate, busy_ms, exposure, step_stats
 
 
@@ -55,7 +55,7 @@ def test_bounded_samples_keep_memory_flat_and_stay_exact_below_capacity():
     exact = BoundedSamples(capacity=100)
     for v in range(50):
         exact.add(float(v))
-    assert exact.percentile(50) == percentile([float(v) for v in range(50)], 50)
+    assert exact.percentile(50) == statistics.median(float(v) for v in range(50))
     bounded = BoundedSamples(capacity=100)
     for v in range(10_000):
         bounded.add(float(v))

@@ -22,8 +22,8 @@ from harness.common.names import WARMUP_STEPS
 class Calibration:
     """Which steps calibrate, and the compute-only time their forward + backward gives."""
 
-    def __init__(self, steps: int, first_step: int = WARMUP_STEPS) -> None:
-        self.first_step = first_step
+    def __init__(self, steps: int) -> None:
+        self.first_step = WARMUP_STEPS  # right after warm-up, once DDP's buckets are final
         self.steps = steps
         self.samples_ms: list[float] = []
 

@@ -2,7 +2,7 @@
 
 The hook runs on the autograd thread while DDP holds its reducer lock, so it only reads a clock or
 records a CUDA event, appends to this step's record list, and launches the collective. Turning the
-stamps into milliseconds happens later, in `TimedHookState.resolve_step`, never inside the hook.
+stamps into milliseconds happens later, in `stamps.StepStamps.resolve`, never inside the hook.
 
 Timing sources (see shared DESIGN.md):
 - CUDA: an event recorded at hook entry marks "bucket ready"; an event recorded inside the future's
@@ -12,97 +12,25 @@ Timing sources (see shared DESIGN.md):
   monotonic clock read in the callback is a valid "done" stamp.
 """
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
+from harness.common.names import DEFAULT_BUCKET_CAP_MB, MIB
+from harness.train.stamps import BucketContents, BucketRecord, StepStamps
+
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
-class BucketLayout(NamedTuple):
-    """Which parameters a bucket carries (names as in the model inside DDP)."""
-
-    num_params: int
-    numel: int
-    first_param: str
-    last_param: str
-
-
-@dataclass(slots=True)
-class BucketRecord:
-    """Raw stamps of one bucket's collective in one step. Resolved later into a `BucketTiming`."""
-
-    step: int
-    index: int
-    num_params: int
-    numel: int
-    bytes: int
-    dtype: str
-    ready_ns: int = 0
-    done_ns: int = 0
-    ready_event: torch.cuda.Event | None = None
-    done_event: torch.cuda.Event | None = None
-    work: dist.Work | None = None  # kept only to ask NCCL for its execution time after the step
-
-
-@dataclass(frozen=True, slots=True)
-class BucketTiming:
-    """One bucket's collective in one step, in milliseconds relative to the step's start."""
-
-    step: int
-    index: int
-    num_params: int
-    numel: int
-    bytes: int
-    dtype: str
-    ready_ms: float
-    done_ms: float
-    exec_ms: float | None  # the collective's own execution time, where the backend reports one (NCCL)
-
-    @property
-    def ready_to_done_ms(self) -> float:
-        return self.done_ms - self.ready_ms
-
-    @property
-    def time_ms(self) -> float:
-        """The collective's time: NCCL's own execution time where reported, else ready to done."""
-        return self.exec_ms if self.exec_ms is not None else self.ready_to_done_ms
-
-
-# A point in time: a recorded CUDA event on the GPU timeline, or perf_counter_ns() on the CPU.
-Stamp = int | torch.cuda.Event
-
-
-class ResolvedStep(NamedTuple):
-    """One optimizer step's times, resolved after the fact."""
-
-    step: int
-    step_ms: float  # this step's start to the next step's start
-    fwd_bwd_ms: float | None  # start to the end of backward, after DDP waited for communication
-    timings: list[BucketTiming]  # in launch order
-
-
-class _EventPool:
-    """Reuses CUDA timing events, so a long run creates a bounded number of them."""
-
-    def __init__(self) -> None:
-        self._free: list[torch.cuda.Event] = []
-
-    def acquire(self) -> torch.cuda.Event:
-        return self._free.pop() if self._free else torch.cuda.Event(enable_timing=True)
-
-    def release(self, *events: torch.cuda.Event | None) -> None:
-        self._free.extend(event for event in events if event is not None)
 
 
 @dataclass
 class TimedHookState:
-    """State passed to DDP with the hook: the process group, the base hook's kind, and this step's records."""
+    """State passed to DDP with the hook: the process group, the base hook's kind, and the stamps of the
+    steps not yet resolved (`stamps`, read by the training loop)."""
 
     process_group: dist.ProcessGroup | None
     hook_name: str
@@ -110,32 +38,28 @@ class TimedHookState:
     step: int = -1
     # Calibration steps (calibration.py): every hook passes its bucket through untouched, as noop does.
     skip_communication: bool = False
-    # Whether the backend reports execution times; learnt on the first try, since asking a backend that
-    # does not (gloo, NCCL without TORCH_NCCL_ENABLE_TIMING) raises a C++ exception, costly every bucket.
-    exec_timing: bool = True
     powersgd_rank: int = 1
     # PowerSGD: one state per bucket, and on gloo one process group per bucket (see make_hook_state).
     powersgd_groups: list[dist.ProcessGroup] = field(default_factory=list)
     _powersgd_states: dict[int, powersgd.PowerSGDState] = field(default_factory=dict)
-    # Bucket layout (index -> parameter names), refreshed whenever a bucket's size changes (steps 0 and 1).
+    # Parameter names by id(parameter), and what each bucket carries by bucket index; a bucket's entry is
+    # refreshed whenever its size changes (steps 0 and 1).
     param_names: dict[int, str] = field(default_factory=dict)
-    bucket_layout: dict[int, BucketLayout] = field(default_factory=dict)
-    _records: dict[int, list[BucketRecord]] = field(default_factory=dict)
-    _step_start: dict[int, Stamp] = field(default_factory=dict)
-    _backward_end: dict[int, Stamp] = field(default_factory=dict)
-    _events: _EventPool = field(default_factory=_EventPool)
+    bucket_contents: dict[int, BucketContents] = field(default_factory=dict)
+    stamps: StepStamps = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stamps = StepStamps(self.use_cuda)
 
     def begin_step(self, step: int) -> None:
         """Mark the start of optimizer step `step` (on the GPU timeline where CUDA is used)."""
         self.step = step
-        self._records[step] = []
-        self._step_start[step] = self.stamp_now()
+        self.stamps.begin(step)
 
     def mark_backward_end(self) -> None:
         """Mark the end of the current step's backward, once DDP has waited for every bucket's collective
         (just before the optimizer step): start to here is forward + backward + exposed communication."""
-        if self.step in self._step_start and self.step not in self._backward_end:
-            self._backward_end[self.step] = self.stamp_now()
+        self.stamps.mark_backward_end(self.step)
 
     def powersgd_state_for(self, bucket_index: int) -> powersgd.PowerSGDState:
         ps_state = self._powersgd_states.get(bucket_index)
@@ -158,12 +82,9 @@ class TimedHookState:
         ps_state.iter = max(self.step, 0)
         return ps_state
 
-    def pending_steps(self) -> list[int]:
-        return sorted(self._records)
-
     def _stamp_ready(self, record: BucketRecord) -> None:
         if self.use_cuda:
-            record.ready_event = self._events.acquire()
+            record.ready_event = self.stamps.events.acquire()
             record.ready_event.record()
         else:
             record.ready_ns = time.perf_counter_ns()
@@ -172,7 +93,7 @@ class TimedHookState:
         if self.use_cuda:
             # The future's callback runs with a stream current that waits on the collective, so this
             # event completes when the collective has finished on the GPU.
-            record.done_event = self._events.acquire()
+            record.done_event = self.stamps.events.acquire()
             record.done_event.record()
         else:
             record.done_ns = time.perf_counter_ns()
@@ -181,101 +102,23 @@ class TimedHookState:
         self, bucket: dist.GradBucket, buffer: torch.Tensor, bytes_: int, dtype: torch.dtype
     ) -> BucketRecord:
         index = bucket.index()
-        layout = self.bucket_layout.get(index)
-        if layout is None or layout.numel != buffer.numel():
+        contents = self.bucket_contents.get(index)
+        if contents is None or contents.numel != buffer.numel():
             params = bucket.parameters()
             first = self.param_names.get(id(params[0]), "?") if params else "-"
             last = self.param_names.get(id(params[-1]), "?") if params else "-"
-            layout = BucketLayout(len(params), buffer.numel(), first, last)
-            self.bucket_layout[index] = layout
+            contents = BucketContents(len(params), buffer.numel(), first, last)
+            self.bucket_contents[index] = contents
         record = BucketRecord(
             step=self.step,
             index=index,
-            num_params=layout.num_params,
+            num_params=contents.num_params,
             numel=buffer.numel(),
             bytes=bytes_,
             dtype=_DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch."),
         )
-        self._records.setdefault(self.step, []).append(record)
+        self.stamps.records.setdefault(self.step, []).append(record)
         return record
-
-    def resolve_step(self, step: int, next_start: Stamp) -> ResolvedStep:
-        """Turn step `step`'s stamps into times and free them.
-
-        `next_start` is the next step's start stamp (or the end of training); the caller keeps it. This
-        waits only if the GPU has not yet reached `next_start`, which is rare once steps lag by two.
-        """
-        records = self._records.pop(step, [])
-        start = self._step_start.pop(step)
-        backward_end = self._backward_end.pop(step, None)
-        step_ms = self.elapsed_ms(start, next_start)
-        fwd_bwd_ms = self.elapsed_ms(start, backward_end) if backward_end is not None else None
-        timings = [self._resolve_record(record, start) for record in records]
-        self.release_stamp(start)
-        if backward_end is not None:
-            self.release_stamp(backward_end)
-        return ResolvedStep(step, step_ms, fwd_bwd_ms, timings)
-
-    def start_stamp(self, step: int) -> Stamp:
-        return self._step_start[step]
-
-    def stamp_now(self) -> Stamp:
-        """A time stamp on the timeline of the step starts: a recorded CUDA event, or a monotonic clock."""
-        if self.use_cuda:
-            event = self._events.acquire()
-            event.record()
-            return event
-        return time.perf_counter_ns()
-
-    def elapsed_ms(self, start: Stamp, end: Stamp) -> float:
-        """Milliseconds from `start` to `end`; on the GPU waits until `end` has been reached."""
-        if self.use_cuda:
-            end.synchronize()
-            return start.elapsed_time(end)
-        return (end - start) / 1e6
-
-    def release_stamp(self, stamp: Stamp) -> None:
-        if self.use_cuda:
-            self._events.release(stamp)
-
-    def _resolve_record(self, record: BucketRecord, start: Stamp) -> BucketTiming:
-        if self.use_cuda:
-            done_ms = self.elapsed_ms(start, record.done_event)
-            ready_ms = self.elapsed_ms(start, record.ready_event)
-            self._events.release(record.ready_event, record.done_event)
-        else:
-            ready_ms = (record.ready_ns - start) / 1e6
-            done_ms = (record.done_ns - start) / 1e6
-        return BucketTiming(
-            step=record.step,
-            index=record.index,
-            num_params=record.num_params,
-            numel=record.numel,
-            bytes=record.bytes,
-            dtype=record.dtype,
-            ready_ms=ready_ms,
-            done_ms=done_ms,
-            exec_ms=self._exec_ms(record.work),
-        )
-
-    def _exec_ms(self, work: dist.Work | None) -> float | None:
-        if not self.exec_timing or work is None:
-            return None
-        duration = _work_duration_ms(work)
-        if duration is None:
-            self.exec_timing = False
-        return duration
-
-
-def _work_duration_ms(work: dist.Work | None) -> float | None:
-    """NCCL's own execution time of a finished collective; None where the backend does not time it."""
-    if work is None:
-        return None
-    try:
-        return float(work._get_duration())
-    except (RuntimeError, AttributeError, ValueError):
-        # gloo does not support it; NCCL raises unless TORCH_NCCL_ENABLE_TIMING=1 was set at PG creation.
-        return None
 
 
 def _all_reduce_sum(tensor: torch.Tensor, group: dist.ProcessGroup) -> dist.Work:
@@ -388,6 +231,13 @@ TIMED_HOOKS: dict[str, Callable[[TimedHookState, dist.GradBucket], torch.futures
 # PowerSGD compresses from this step on, once DDP has rebuilt its buckets; 2 is the least it accepts with
 # error feedback. Before that it runs the plain all_reduce.
 POWERSGD_START_STEP = 2
+
+
+def max_bucket_count(module: torch.nn.Module, bucket_cap_mb: float | None) -> int:
+    """An upper bound on DDP's bucket count: every bucket but the last reaches the cap (the first 1 MiB)."""
+    total = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+    cap = (bucket_cap_mb if bucket_cap_mb is not None else DEFAULT_BUCKET_CAP_MB) * MIB
+    return math.ceil(total / cap) + 2
 
 
 def make_hook_state(

@@ -13,8 +13,8 @@ from harness.train.callback import CommTimingCallback
 class CommProgressBar(TQDMProgressBar):
     """Adds the timing callback's latest plain-float figures; nothing here touches a GPU tensor."""
 
-    def __init__(self, timing: CommTimingCallback, refresh_rate: int = 1) -> None:
-        super().__init__(refresh_rate=refresh_rate)
+    def __init__(self, timing: CommTimingCallback) -> None:
+        super().__init__()
         self.timing = timing
 
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:

@@ -32,8 +32,9 @@ from harness.common import dist_env
 from harness.common.failures import Interrupted, SignalLatch, report_failure, signal_name
 from harness.common.local_launch import exit_with, join_process_group
 from harness.common.names import EXIT_FAILED
-from harness.train.callback import CommTimingCallback, stop_reason
+from harness.train.callback import CommTimingCallback
 from harness.train.config import TrainConfig
+from harness.train.failure_naming import stop_reason
 from harness.train.module import make_dataloader
 from harness.train.trainer import build_trainer, prepare_process_env
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from harness.common.metrics import algbw_gbps, busbw_gbps, percentile
 from harness.common.names import WARMUP_STEPS
-from harness.train.hook import BucketLayout, BucketTiming, ResolvedStep
+from harness.train.stamps import BucketContents, BucketTiming, ResolvedStep
 
 # Step 0 runs with one bucket holding every gradient and step 1 is the first with DDP's rebuilt buckets
 # (DESIGN.md), so both are warm-up: logged, but kept out of every summary.
@@ -118,11 +118,11 @@ def step_stats(
 class BoundedSamples:
     """Keeps every value up to `capacity`, then a uniform reservoir sample (Algorithm R)."""
 
-    def __init__(self, capacity: int = MAX_SAMPLES, seed: int = 0) -> None:
+    def __init__(self, capacity: int = MAX_SAMPLES) -> None:
         self.capacity = capacity
         self.values: list[float] = []
         self.seen = 0
-        self._rng = random.Random(seed)
+        self._rng = random.Random(0)  # seeded: the same run's values give the same sample
 
     def add(self, value: float) -> None:
         self.seen += 1
@@ -171,7 +171,7 @@ class RunAggregate:
     steps_measured: int = 0
     buckets: dict[int, BucketSummary] = field(default_factory=dict)
 
-    def add(self, stats: StepStats, timings: Sequence[BucketTiming], layout: dict[int, BucketLayout]) -> None:
+    def add(self, stats: StepStats, timings: Sequence[BucketTiming], contents: dict[int, BucketContents]) -> None:
         self.steps_logged += 1
         if stats.warmup or stats.calibration:
             return
@@ -192,7 +192,7 @@ class RunAggregate:
         for t in timings:
             summary = self.buckets.setdefault(t.index, BucketSummary(t.index))
             summary.num_params, summary.numel, summary.bytes, summary.dtype = t.num_params, t.numel, t.bytes, t.dtype
-            if t.index in layout:
-                summary.first_param, summary.last_param = layout[t.index].first_param, layout[t.index].last_param
+            if t.index in contents:
+                summary.first_param, summary.last_param = contents[t.index].first_param, contents[t.index].last_param
             summary.times_ms.add(t.time_ms)
             summary.exec_reported = t.exec_ms is not None

@@ -92,6 +92,36 @@ def build_summary(
     }
 
 
+def ddp_logging(ddp_model: Any) -> dict[str, Any]:
+    """DDP's own measurements of `ddp_model` (sampled on iterations <= 10 and every 100th): an independent
+    cross-check, kept in summary.json under "ddp_logging"; {} where the model is not DDP-wrapped.
+
+    Times are DDP's averages in ns; the overlap it reports is the part of backward compute that ran while
+    communication was in flight.
+    """
+    try:
+        data = ddp_model._get_ddp_logging_data()
+    except (AttributeError, RuntimeError):
+        return {}
+    keys = (
+        "comm_hook",
+        "backend_name",
+        "iteration",
+        "avg_forward_compute_time",
+        "avg_backward_compute_time",
+        "avg_backward_comm_time",
+        "avg_backward_compute_comm_overlap_time",
+        "bucket_sizes",
+        "rebuilt_bucket_sizes",
+    )
+    out = {key: data[key] for key in keys if key in data}
+    comm, overlap = out.get("avg_backward_comm_time"), out.get("avg_backward_compute_comm_overlap_time")
+    if comm:
+        out["overlap_pct"] = 100.0 * overlap / comm if overlap is not None else None
+        out["exposed_ms"] = (comm - (overlap or 0)) / 1e6
+    return out
+
+
 def write_summary(summary: dict[str, Any], log_dir: str | os.PathLike) -> Path:
     """Write summary.json atomically (a reader never sees half a file)."""
     path = Path(log_dir) / SUMMARY_FILE
@@ -102,8 +132,11 @@ def write_summary(summary: dict[str, Any], log_dir: str | os.PathLike) -> Path:
     return path
 
 
-def _short(name: str, width: int = 28) -> str:
-    return name if len(name) <= width else "…" + name[-(width - 1) :]
+NAME_WIDTH = 28  # the table's layer-name columns; longer names keep their end, where they differ
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= NAME_WIDTH else "…" + name[-(NAME_WIDTH - 1) :]
 
 
 def format_table(summary: dict[str, Any]) -> str:
@@ -111,7 +144,7 @@ def format_table(summary: dict[str, Any]) -> str:
     t = summary["totals"]
     unit = summary["sample_unit"]
     header = (
-        f"{'bucket':>6} {'params':>7} {'first layer':<28} {'last layer':<28} {'MB':>9} "
+        f"{'bucket':>6} {'params':>7} {'first layer':<{NAME_WIDTH}} {'last layer':<{NAME_WIDTH}} {'MB':>9} "
         f"{'p50 ms':>9} {'p90 ms':>9} {'busbw GB/s':>10}"
     )
     lines = [
@@ -122,7 +155,8 @@ def format_table(summary: dict[str, Any]) -> str:
     ]
     for b in summary["buckets"]:
         lines.append(
-            f"{b['index']:>6} {b['num_params']:>7} {_short(b['first_param']):<28} {_short(b['last_param']):<28} "
+            f"{b['index']:>6} {b['num_params']:>7} {_short(b['first_param']):<{NAME_WIDTH}} "
+            f"{_short(b['last_param']):<{NAME_WIDTH}} "
             f"{b['bytes'] / MB:>9.2f} {b['time_ms_p50']:>9.3f} {b['time_ms_p90']:>9.3f} {b['busbw_gbps_p50']:>10.2f}"
         )
     lines += [

@@ -1,0 +1,109 @@
+"""Rank 0's per-step TensorBoard log: every step's scalars under METRICS.md's names, and each bucket's time band.
+
+The band is each bucket's p50 with p10 and p90 over its last BUCKET_BAND_STEPS measured steps (warm-up and
+calibration left out), shown as a Custom Scalars margin chart; the chart layout is written once the buckets
+are known, that is with the first measured step (DDP's buckets are final once warm-up is over).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from harness.common.metrics import busbw_gbps, percentile
+from harness.train.rank_gather import RankSpread
+from harness.train.stamps import BucketTiming
+from harness.train.step_stats import StepStats
+from harness.train.summary import BUCKET_BAND_STEPS, add_custom_scalar_layout, bucket_band_tags
+from harness.train.tb_writer import write_step
+
+Band = tuple[float, float, float]  # (p50, p10, p90) ms, a margin chart's (value, lower, upper)
+
+
+class BucketBands:
+    """Each bucket's last measured times, and the (p50, p10, p90) band over them."""
+
+    def __init__(self) -> None:
+        self.windows: dict[int, deque[float]] = {}
+
+    def add(self, timings: list[BucketTiming]) -> dict[int, Band]:
+        """Each bucket's band over its last BUCKET_BAND_STEPS measured steps, this one included."""
+        bands = {}
+        for t in timings:
+            window = self.windows.setdefault(t.index, deque(maxlen=BUCKET_BAND_STEPS))
+            window.append(t.time_ms)
+            bands[t.index] = (percentile(window, 50), percentile(window, 10), percentile(window, 90))
+        return bands
+
+
+class StepLog:
+    """Writes each resolved step to a SummaryWriter (rank 0's; the other ranks have none and log nothing)."""
+
+    def __init__(self, writer: Any, world_size: int) -> None:
+        self.writer = writer
+        self.world_size = world_size
+        self.bands = BucketBands()
+        self._layout_written = False
+
+    def write(self, stats: StepStats, timings: list[BucketTiming], spread: RankSpread | None, measured: bool) -> None:
+        """One step's scalars and bucket-time histogram; a `measured` step (not warm-up or calibration) also
+        adds to the bucket bands."""
+        bands = self.bands.add(timings) if measured else {}
+        if bands:
+            self.write_layout()
+        scalars = step_scalars(stats, timings, self.world_size, spread, bands)
+        write_step(self.writer, stats.step, scalars, {"comm/bucket_time_ms": [t.time_ms for t in timings]})
+
+    def write_layout(self) -> None:
+        """The Custom Scalars layout, once per run (also for a run that ends before its first measured step)."""
+        if not self._layout_written:
+            add_custom_scalar_layout(self.writer, sorted(self.bands.windows))
+            self._layout_written = True
+
+
+def step_scalars(
+    stats: StepStats,
+    timings: list[BucketTiming],
+    world_size: int,
+    spread: RankSpread | None,
+    bands: dict[int, Band],
+) -> dict[str, float]:
+    """Every scalar of one step, by tag: the step, its communication, each bucket, and the ranks' skew."""
+    scalars = {
+        "step/time_ms": stats.step_ms,
+        "step/samples_per_s": stats.samples_per_s,
+        "step/samples_per_s_per_device": stats.samples_per_s_per_device,
+        "step/warmup": float(stats.warmup),
+        "step/calibration": float(stats.calibration),
+        "step/fwd_bwd_ms": stats.fwd_bwd_ms,
+        "comm/bytes": stats.bytes,
+        "comm/buckets": stats.buckets,
+        "comm/time_ms": stats.comm_ms,
+        "comm/algbw_gbps": stats.algbw_gbps,
+        "comm/busbw_gbps": stats.busbw_gbps,
+        "comm/max_bucket_ms": stats.max_bucket_ms,
+        "comm/tail_ms": stats.tail_ms,
+        "comm/exposed_ms": stats.exposed_ms,
+        "comm/overlap_pct": stats.overlap_pct,
+    }
+    for t in timings:
+        prefix = f"comm/bucket_{t.index:02d}"
+        scalars[f"{prefix}/time_ms"] = t.time_ms
+        scalars[f"{prefix}/bytes"] = t.bytes
+        scalars[f"{prefix}/busbw_gbps"] = busbw_gbps("all_reduce", t.bytes, t.time_ms / 1e3, world_size)
+        scalars[f"{prefix}/ready_to_done_ms"] = t.ready_to_done_ms
+        if t.exec_ms is not None:
+            scalars[f"{prefix}/exec_ms"] = t.exec_ms
+        if t.index in bands:
+            scalars.update(zip(bucket_band_tags(t.index), bands[t.index], strict=True))
+    if spread is not None:
+        scalars.update(
+            {
+                "ranks/step_ms_skew": spread.step_ms_skew,
+                "ranks/comm_ms_skew": spread.comm_ms_skew,
+                "ranks/slowest_rank": spread.slowest_rank,
+                "ranks/bucket_ms_skew_max": spread.bucket_ms_skew_max,
+                "comm/busbw_fastest_rank_gbps": spread.busbw_fastest_gbps,
+            }
+        )
+    return scalars
