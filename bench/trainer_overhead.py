@@ -22,7 +22,6 @@ cProfile (main thread only) and writes its statistics to FILE.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import json
 import os
@@ -34,9 +33,9 @@ import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
 from lightning.pytorch.strategies import DDPStrategy
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from bench.ab import interleave, summarize, time_block
+from bench.plain_ddp import plain_loop
 from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
@@ -82,29 +81,6 @@ class WallClockWindow(pl.Callback):
         steps = trainer.global_step - self.first_step
         self.ms_per_step = (time.perf_counter() - self.start) * 1e3 / steps
         self.cpu_ms_per_step = cpu_ms_since(self.cpu_start, steps)
-
-
-def plain_loop(args: argparse.Namespace, device: torch.device):
-    """A hand-written DDP training step, as a user without the harness would write it."""
-    spec = get_model_spec(args.model)
-    cuda = device.type == "cuda"
-    torch.manual_seed(0)
-    memory_format = torch.channels_last if cuda and spec.kind == "image" else torch.contiguous_format
-    model = spec.build(image_size=args.image_size).to(device, memory_format=memory_format)
-    ddp = DDP(model, device_ids=[device.index] if cuda else None)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-    inputs, targets = spec.make_batch(args.batch_size, device, dist.get_rank(), image_size=args.image_size)
-    batch = (inputs.contiguous(memory_format=memory_format), targets)
-
-    def step() -> None:
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
-        with autocast:
-            loss = spec.loss(ddp, batch)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step
 
 
 def round_config(args: argparse.Namespace, cuda: bool, logdir: str, round_index: int) -> TrainConfig:
@@ -181,7 +157,7 @@ def worker(args: argparse.Namespace) -> None:
     if cuda:
         torch.cuda.set_device(device)
     torch.backends.cudnn.benchmark = cuda  # as the harness Trainer sets it on GPU
-    step = plain_loop(args, device)
+    step = plain_loop(args.model, args.batch_size, args.image_size, device)
     time_block(step, args.warmup_steps, cuda)
     cpu_ms: dict[str, list[tuple[float, float]]] = {"plain": [], "lightning": [], "harness": []}
     with tempfile.TemporaryDirectory() as logdir:

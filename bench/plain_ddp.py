@@ -1,0 +1,100 @@
+"""A hand-written DDP training loop, timed by wall clock: the baseline that train.py is compared against.
+
+    torchrun --standalone --nproc-per-node 1 -m bench.plain_ddp --model resnet50 --batch-size 128 --steps 300
+    torchrun --standalone --nproc-per-node 2 -m bench.plain_ddp --model resnet18 --batch-size 4 --image-size 64
+
+What a user without the harness would write: the same registry model, synthetic batch on the device, SGD
+with momentum, DDP with its defaults, bf16 autocast and channels_last on the GPU (fp32 on the CPU),
+cudnn.benchmark on the GPU. Rank 0 prints one JSON line: wall ms per step from the start of step
+--window-start to the start of the last step (the device drained at both ends), and the CPU ms per step of
+the main thread and of the whole process over the same window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from harness.common.dist_env import apply_safe_nccl_env
+from models import get_model_spec
+
+
+def plain_loop(model_name: str, batch_size: int, image_size: int | None, device: torch.device) -> Callable[[], None]:
+    """One hand-written DDP training step for `model_name`, as a closure (the process group must exist)."""
+    spec = get_model_spec(model_name)
+    cuda = device.type == "cuda"
+    torch.manual_seed(0)
+    memory_format = torch.channels_last if cuda and spec.kind == "image" else torch.contiguous_format
+    model = spec.build(image_size=image_size).to(device, memory_format=memory_format)
+    ddp = DDP(model, device_ids=[device.index] if cuda else None)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    inputs, targets = spec.make_batch(batch_size, device, dist.get_rank(), image_size=image_size)
+    batch = (inputs.contiguous(memory_format=memory_format), targets)
+
+    def step() -> None:
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
+        with autocast:
+            loss = spec.loss(ddp, batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def timed_run(step: Callable[[], None], steps: int, window_start: int, cuda: bool) -> dict[str, float]:
+    """Run `steps` steps; wall and CPU ms per step from the start of step `window_start` to the start of the
+    last step, the device drained at both ends."""
+    last = steps - 1
+    for i in range(steps):
+        if i in (window_start, last):
+            if cuda:
+                torch.cuda.synchronize()
+            now = (time.perf_counter(), time.thread_time(), time.process_time())
+            if i == window_start:
+                start = now
+            else:
+                span = last - window_start
+                wall, thread, process = (b - a for a, b in zip(start, now, strict=True))
+                result = {"ms_per_step": wall * 1e3 / span, "main_thread_cpu_ms_per_step": thread * 1e3 / span}
+                result["process_cpu_ms_per_step"] = process * 1e3 / span
+        step()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--image-size", type=int)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--window-start", type=int, default=50)
+    args = parser.parse_args()
+    if not 0 <= args.window_start < args.steps - 1:
+        parser.error("--window-start must be at least 0 and below --steps - 1")
+    apply_safe_nccl_env()  # NVLink multicast off, as train.py runs
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    torch.backends.cudnn.benchmark = cuda
+    dist.init_process_group("nccl" if cuda else "gloo")
+    try:
+        step = plain_loop(args.model, args.batch_size, args.image_size, device)
+        result = timed_run(step, args.steps, args.window_start, cuda)
+        if dist.get_rank() == 0:
+            print(json.dumps({"plain_ddp": result, "world_size": dist.get_world_size()}), flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
