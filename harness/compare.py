@@ -10,8 +10,15 @@
 A run is a directory holding summary.json and/or TensorBoard event files (`<logdir>/<run_name>/<version>/`
 as train.py writes them); directories are searched recursively and a run is named by its path relative to
 the directory given. Each number comes from summary.json's totals; where summary.json lacks it (a killed
-run has no summary.json at all), it is the median of the event file's per-step scalars, warm-up steps
-(`step/warmup` = 1) left out. Such a run is marked incomplete. Values that neither holds show as "—".
+run has no summary.json at all), it is the median of the event file's per-step scalars over the steps
+summary.json counts (warm-up and calibration steps left out). Such a run is marked incomplete. Values that
+neither holds show as "—".
+
+Files are read defensively: only regular files (a FIFO named like an event file is not opened), and
+summary.json's fields are checked for type and range. A file that fails is named in a note under the table
+and in a warning on stderr, with the field and what was expected, and its run is shown from what else it has
+(a damaged summary.json: from its event file), never with the damaged numbers; the other runs are compared
+as usual. --markdown and --csv are written before the table is printed, so `| head` loses neither.
 
 Runs are ordered by name with numbers compared by value (bucket1, bucket5, bucket25, bucket100). Repeats
 of one configuration (train.py run again with the same --run-name, or harness.grid --repeat) are
@@ -30,12 +37,13 @@ arithmetic and .comparison_tables writes the text, Markdown and CSV tables.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import sys
 
+from harness.analysis.checked import check_outputs, write_output
 from harness.analysis.comparison import SORT_KEYS, build_rows, sort_rows
 from harness.analysis.comparison_tables import format_csv, format_markdown, format_text
-from harness.analysis.runs import load_runs
-from harness.common.cli import DefaultsHelpFormatter, OneLineParser, check_writable, run_cli
+from harness.analysis.runs import load_runs, run_files
+from harness.common.cli import DefaultsHelpFormatter, OneLineParser, run_cli
 
 PROG = "python -m harness.compare"
 
@@ -64,16 +72,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Print the table (and write --markdown and --csv); 0, or a UsageError for run_cli to report."""
     args = build_parser().parse_args(argv)
+    outputs = {"--markdown": args.markdown, "--csv": args.csv}
     # Checked before the runs are read, so that a typo in an output path costs nothing.
-    check_writable(args.markdown, "--markdown")
-    check_writable(args.csv, "--csv")
-    rows = build_rows(load_runs(args.paths), args.baseline, args.group_repeats)
-    rows = sort_rows(rows, args.sort, args.descending)
-    print(format_text(rows))
+    check_outputs(outputs)
+    runs = load_runs(args.paths)
+    check_outputs(outputs, [path for run in runs if run.directory for path in run_files(run.directory)])
+    for run in runs:  # the table's notes say it too; stderr is for whoever reads only that
+        for problem in filter(None, [run.summary_problem, *run.problems]):
+            print(f"{PROG}: warning: {problem}", file=sys.stderr)
+    rows = sort_rows(build_rows(runs, args.baseline, args.group_repeats), args.sort, args.descending)
     if args.markdown:
-        Path(args.markdown).write_text(format_markdown(rows))
+        write_output(args.markdown, format_markdown(rows), "--markdown")
     if args.csv:
-        Path(args.csv).write_text(format_csv(rows))
+        write_output(args.csv, format_csv(rows), "--csv")
+    print(format_text(rows))
     return 0
 
 

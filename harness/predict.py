@@ -8,7 +8,14 @@ The bucket layout comes from a run's summary.json (`--run`, exact) or from DDP's
 applied to the model (`--model`, harness.analysis.bucket_layout). Each bucket's all_reduce time follows the α-β
 model with the ring's bus-bandwidth factor; buckets are reduced one after another, each starting once
 its gradients are ready, and whatever runs past the end of backward is exposed. Every formula is printed
-with the numbers (FORMULAS), and `--json` writes the same as one object.
+with the numbers (FORMULAS), and `--json` writes the same as one object (before the report is printed, so
+`| head` does not lose it).
+
+Inputs are checked where they are read: a sweep line that is not JSON, a fit that cannot describe a network
+(β <= 0, α < 0, a value not finite), a summary.json of the wrong shape are each one line naming the file, the
+field and what was expected, and exit 2. The sweep's fit holds for the sizes it measured: buckets outside them
+are refused unless `--extrapolate` is given (then a warning says so), and the fit's own error is shown with
+the prediction.
 
 This file is the command line alone: the model is harness.analysis.prediction, the text
 harness.analysis.prediction_report.
@@ -17,12 +24,16 @@ harness.analysis.prediction_report.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from harness.analysis.bucket_layout import PlannedBucket, layout_from_summary, model_bucket_layout
+from harness.analysis.checked import BadFile, check_outputs, write_output
 from harness.analysis.finite import is_finite
 from harness.analysis.prediction import (
     ALPHA_SCALINGS,
@@ -31,16 +42,20 @@ from harness.analysis.prediction import (
     HOOKS,
     Network,
     add_efficiency,
+    check_fit_range,
     network_from_sweep,
     other_ms_of_run,
     predict,
 )
 from harness.analysis.prediction_report import format_report
-from harness.common.cli import OneLineParser, UsageError, check_writable, run_cli
+from harness.analysis.runs import read_summary
+from harness.common.cli import OneLineParser, UsageError, run_cli
 from harness.common.names import SUMMARY_FILE, WARMUP_STEPS
 from harness.common.run_info import json_safe
 
 PROG = "python -m harness.predict"
+# DDP takes its cap in bytes as a C size; 1 TiB is beyond any model's gradients and far inside that range.
+MAX_BUCKET_CAP_MB = 2**20
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="constant",
         help="α at another world size: constant (default), or ring: proportional to n−1",
     )
+    net.add_argument(
+        "--extrapolate",
+        action="store_true",
+        help="predict buckets outside the sizes the sweep measured (refused otherwise; a warning says so)",
+    )
     what = parser.add_argument_group("what is trained")
     what.add_argument("--model", help="registered model name: its buckets from DDP's assignment rule")
     what.add_argument("--run", metavar="DIR", help="a train.py run directory: its measured buckets and times")
@@ -86,16 +106,24 @@ def build_parser() -> argparse.ArgumentParser:
 def load_summary(run_dir: str) -> dict[str, Any]:
     """A --run's summary.json, which must hold measured buckets; a UsageError saying what is wrong otherwise."""
     path = Path(run_dir) / SUMMARY_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise UsageError(f"--run {run_dir!r} has no {SUMMARY_FILE}; give the directory train.py printed")
     try:
-        summary = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UsageError(f"--run {run_dir!r}: {SUMMARY_FILE} is not JSON ({err})") from None
-    if not isinstance(summary, dict) or not summary.get("buckets"):
+        summary = read_summary(path)
+    except BadFile as err:
+        raise UsageError(f"--run: {err}") from None
+    if not summary.get("buckets"):
         raise UsageError(
             f"--run {run_dir!r} measured no buckets (too few steps after the {WARMUP_STEPS} warm-up steps?)"
         )
+    if (summary["settings"].get("comm_hook") or "allreduce") == "allreduce":
+        # Unhooked, a bucket's bytes are its gradients': numel × the element size, which predict takes from them.
+        for i, bucket in enumerate(summary["buckets"]):
+            if bucket["bytes"] not in [bucket["numel"] * size for size in (1, 2, 4, 8)]:
+                raise UsageError(
+                    f"--run: {path}: buckets[{i}].bytes is {bucket['bytes']}; expected numel ({bucket['numel']}) "
+                    "× 1, 2, 4 or 8 bytes per element"
+                )
     return summary
 
 
@@ -104,8 +132,8 @@ def resolve_network(args: argparse.Namespace) -> Network:
     # Written as `not (in range)` so that NaN, which compares False with everything, is refused too.
     if args.alpha_us is not None and not 0 <= args.alpha_us < math.inf:
         raise UsageError(f"--alpha-us must be >= 0 and finite, got {args.alpha_us}")
-    if args.busbw_gbps is not None and not args.busbw_gbps > 0:  # inf: latency alone, a model of α only
-        raise UsageError(f"--busbw-gbps must be positive, got {args.busbw_gbps}")
+    if args.busbw_gbps is not None and not 0 < args.busbw_gbps < math.inf:
+        raise UsageError(f"--busbw-gbps must be positive and finite, got {args.busbw_gbps}")
     if args.sweep is None:
         if args.alpha_us is None or args.busbw_gbps is None:
             raise UsageError("give --sweep PATH, or both --alpha-us and --busbw-gbps")
@@ -113,10 +141,15 @@ def resolve_network(args: argparse.Namespace) -> Network:
     net = network_from_sweep(args.sweep, args.alpha_scaling)
     if args.alpha_us is None and args.busbw_gbps is None:
         return net
-    alpha = net.alpha_us if args.alpha_us is None else args.alpha_us
-    busbw = net.busbw_gbps if args.busbw_gbps is None else args.busbw_gbps
     given = ", ".join(f for f, v in (("α", args.alpha_us), ("busbw", args.busbw_gbps)) if v is not None)
-    return Network(alpha, busbw, net.ref_world_size, args.alpha_scaling, f"{net.source}; {given} given")
+    return dataclasses.replace(
+        net,
+        alpha_us=net.alpha_us if args.alpha_us is None else args.alpha_us,
+        busbw_gbps=net.busbw_gbps if args.busbw_gbps is None else args.busbw_gbps,
+        source=f"{net.source}; {given} given",
+        # A given bandwidth holds at every size: the fit's range and error then speak only for its α.
+        fit_range_bytes=net.fit_range_bytes if args.busbw_gbps is None else None,
+    )
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -127,19 +160,22 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--compute-ms must be >= 0 and finite, got {args.compute_ms}")
     if not 0 <= args.backward_share <= 1:
         raise UsageError(f"--backward-share must be between 0 and 1, got {args.backward_share}")
-    if args.bucket_cap_mb is not None and not 0 < args.bucket_cap_mb < math.inf:
-        raise UsageError(f"--bucket-cap-mb must be positive and finite, got {args.bucket_cap_mb}")
+    if args.bucket_cap_mb is not None and not 0 < args.bucket_cap_mb <= MAX_BUCKET_CAP_MB:
+        raise UsageError(
+            f"--bucket-cap-mb must be positive and at most {MAX_BUCKET_CAP_MB} (1 TiB), got {args.bucket_cap_mb}"
+        )
     if args.model is None and args.run is None:
         raise UsageError("give --model NAME (buckets from DDP's rule) or --run DIR (measured buckets)")
     if args.run is not None and args.bucket_cap_mb is not None:
         raise UsageError("--bucket-cap-mb applies to --model; a --run has its measured buckets")
-    check_writable(args.json, "--json")
+    inputs = [p for p in (args.sweep, args.run and str(Path(args.run) / SUMMARY_FILE)) if p]
+    check_outputs({"--json": args.json}, inputs)
 
 
 def resolve_layout(args: argparse.Namespace, summary: dict[str, Any] | None) -> tuple[list[PlannedBucket], str, str]:
     """(buckets, where they come from, model name): the run's measured ones, else DDP's rule on the model."""
     if summary is not None:
-        run_model = summary.get("settings", {}).get("model", "?")
+        run_model = summary["settings"].get("model") or "?"
         if args.model is not None and args.model != run_model:
             raise UsageError(f"--model {args.model} differs from the run's model {run_model}")
         return layout_from_summary(summary), f"measured in {args.run}", run_model
@@ -156,8 +192,8 @@ def predict_from_args(args: argparse.Namespace) -> dict[str, Any]:
     network = resolve_network(args)
     summary = load_summary(args.run) if args.run else None
     buckets, layout, model = resolve_layout(args, summary)
-    run = summary.get("totals", {}) if summary else {}
-    run_hook = (summary.get("settings", {}).get("comm_hook") or "allreduce") if summary else None
+    run = summary["totals"] if summary else {}
+    run_hook = (summary["settings"].get("comm_hook") or "allreduce") if summary else None
     run_world = summary["world_size"] if summary else None
     hook = args.comm_hook or run_hook or "allreduce"
     if hook not in HOOKS:
@@ -183,17 +219,22 @@ def predict_from_args(args: argparse.Namespace) -> dict[str, Any]:
             )
             add_efficiency(result["efficiency"], summary)
         result["run"] = args.run
+    sizes = [b["bytes"] for r in (result, result.get("efficiency") or {"buckets": []}) for b in r["buckets"]]
+    warning = check_fit_range(network, sizes, args.extrapolate, args.sweep)
+    result["warnings"] = [warning] if warning else []
     result["formulas"] = list(FORMULAS)
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the report (and write --json); 0, or a UsageError for run_cli to report."""
+    """Print the report (and write --json first); 0, or a UsageError for run_cli to report."""
     args = build_parser().parse_args(argv)
     result = predict_from_args(args)
-    print(format_report(result))
+    for warning in result["warnings"]:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
     if args.json:
-        Path(args.json).write_text(json.dumps(json_safe(result), indent=2) + "\n")
+        write_output(args.json, json.dumps(json_safe(result), indent=2) + "\n", "--json")
+    print(format_report(result))
     return 0
 
 

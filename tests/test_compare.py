@@ -33,7 +33,9 @@ def make_runs(logdir: Path, variants: dict[str, list[str]]) -> dict[str, Path]:
     summary.json) and return each run's directory, `<logdir>/<name>/<version>`."""
     procs = {}
     for name, args in variants.items():
-        cmd = [sys.executable, str(REPO / "train.py"), "--model", "resnet_tiny", "--max-steps", "4"]
+        # 2 warm-up, 2 calibration and 3 measured steps: the events hold steps summary.json leaves out.
+        cmd = [sys.executable, str(REPO / "train.py"), "--model", "resnet_tiny", "--max-steps", "7"]
+        cmd += ["--calibration-steps", "2"]
         cmd += ["--logdir", str(logdir), "--run-name", name, *args]
         log = open(logdir.parent / f"{name}.log", "w")  # noqa: SIM115 (closed below, after the process ends)
         procs[name] = (subprocess.Popen(cmd, cwd=logdir.parent, env=train_env(), stdout=log, stderr=log), log)
@@ -325,9 +327,17 @@ def test_run_without_summary_is_shown_from_its_events(real_runs, tmp_path):
     row = rows["fp16-killed/v0"]
     assert not row.complete and "no summary.json" in row.note
     totals = json.loads((run_dirs["fp16"] / "summary.json").read_text())["totals"]
+    assert totals["steps_measured"] == 3 and totals["calibration_steps"] == 2
     for key in ("samples_per_s", "step_ms", "comm_ms", "busbw_gbps"):
         # Event files hold float32: the same medians to float32 precision.
         assert row.values[key] == pytest.approx(totals[f"{key}_p50"], rel=1e-6), key
+    # The calibration steps are in the events, their collective skipped: kept in, they would be the median.
+    (events,) = killed.glob("events.out.tfevents.*")
+    scalars = load_runs([str(killed)])[0].scalars
+    calibration = [s for s, v in scalars["step/calibration"] if v == 1]
+    assert calibration == [2, 3], events
+    calibration_comm = [v for s, v in scalars["comm/time_ms"] if s in calibration]
+    assert max(calibration_comm) < totals["comm_ms_p50"] / 10
     assert row.settings["world_size"] == "2" and row.settings["comm_hook"] == "fp16"
     line = next(line for line in format_text(list(rows.values())).splitlines() if line.startswith("fp16-"))
     assert "incomplete" in line

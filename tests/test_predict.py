@@ -29,15 +29,21 @@ from harness.analysis.prediction import (
 from harness.common.cli import UsageError, run_cli
 from harness.common.sweep_fits import load_fits
 from models import get_model_spec
+from tests.test_hostile_inputs import fit_line, in_process, summary, usage_error, write_lines, write_run
 
 REPO = Path(__file__).resolve().parent.parent
 PROG = "python -m harness.predict"
 
 
-def write_sweep(path: Path, world_size: int, alpha_us: float, beta_gbps: float, collective: str = "all_reduce"):
+def write_sweep(
+    path: Path, world_size: int, alpha_us: float, beta_gbps: float | None, collective: str = "all_reduce",
+    sizes: tuple[int, int] = (1024, 2**30), max_rel_error: float = 0.01,
+):  # fmt: skip
+    """A sweep's JSON Lines with one fit record, as harness.raw_sweep writes it (β None: time did not grow)."""
     fit = {"record": "fit", "collective": collective, "placement": "in_place", "mode": "throughput",
            "cuda_graph": False, "dtype": "float32", "world_size": world_size, "nodes": 1, "backend": "gloo",
-           "alpha_us": alpha_us, "beta_gbps": beta_gbps, "max_rel_error": 0.01}  # fmt: skip
+           "alpha_us": alpha_us, "beta_gbps": beta_gbps, "max_rel_error": max_rel_error, "points": 10,
+           "min_size_bytes": sizes[0], "max_size_bytes": sizes[1]}  # fmt: skip
     path.write_text(json.dumps({"record": "header"}) + "\n" + json.dumps(fit) + "\n")
     return str(path)
 
@@ -179,7 +185,7 @@ def _mistakes(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["--sweep", str(tmp_path / "missing.jsonl"), "--model", "resnet50"], "is not a file"),
         (["--sweep", no_fit, "--model", "resnet50"], "no all_reduce fit"),
         (["--sweep", one_rank, "--model", "resnet50"], "1 rank"),
-        (["--sweep", str(tmp_path / "junk.jsonl"), "--model", "resnet50"], "not a raw_sweep"),
+        (["--sweep", str(tmp_path / "junk.jsonl"), "--model", "resnet50"], "junk.jsonl line 1 is not JSON"),
         (["--sweep", good, "--model", "resnet5O"], "unknown model"),
         (["--sweep", good, "--model", "resnet50", "--world-size", "0"], "--world-size"),
         (["--model", "resnet50", "--world-size", "64"], "--sweep PATH, or both"),
@@ -257,3 +263,125 @@ def test_end_to_end_sweep_run_and_efficiency(tmp_path):
     ratio = result["totals"]["comm_measured_over_predicted"]
     assert ratio == pytest.approx(measured["totals"]["comm_ms_p50"] / result["totals"]["comm_ms"])
     assert math.isfinite(ratio) and ratio > 0
+
+
+# ---- what a hostile user tries: flags and fits that cannot describe a network, colliding outputs ----------
+# (files of the wrong shape: tests/test_hostile_inputs.py)
+
+
+@pytest.mark.parametrize(
+    ("lines", "fragments"),
+    [
+        ([fit_line()[:-30]], ["s.jsonl line 2 is not JSON", "cut short"]),
+        ([fit_line(), '{"record": "row", "size_'], ["s.jsonl line 3 is not JSON"]),
+        (["[]"], ["line 2 holds []; expected a JSON object"]),
+        ([fit_line(alpha_us="DROP")], ["line 2: fit record's alpha_us is missing; expected a finite number >= 0"]),
+        ([fit_line(beta_gbps="1.0")], ['fit record\'s beta_gbps is "1.0"; expected a finite number > 0 (GB/s)']),
+        ([fit_line(beta_gbps=0)], ["fit record's beta_gbps is 0; expected a finite number > 0"]),
+        ([fit_line(beta_gbps=-2.5)], ["fit record's beta_gbps is -2.5; expected a finite number > 0"]),
+        ([fit_line(alpha_us=-5.0)], ["fit record's alpha_us is -5.0; expected a finite number >= 0"]),
+        ([fit_line().replace('"alpha_us": 30.0', '"alpha_us": NaN')], ["fit record's alpha_us is NaN"]),
+        ([fit_line().replace('"beta_gbps": 1.0', '"beta_gbps": Infinity')], ["fit record's beta_gbps is Infinity"]),
+        ([fit_line(max_rel_error=None)], ["fit record's max_rel_error is null; expected a finite number >= 0"]),
+        ([fit_line(world_size=2.5)], ["fit record's world_size is 2.5; expected an integer >= 1"]),
+        ([fit_line(cuda_graph="no")], ['fit record\'s cuda_graph is "no"; expected true or false']),
+        ([fit_line(min_size_bytes=2**30)], ["min_size_bytes 1073741824 and max_size_bytes 268435456"]),
+        ([fit_line(max_size_bytes="DROP")], ["expected both, min <= max, or neither"]),
+    ],
+)
+def test_predict_refuses_a_sweep_or_fit_that_cannot_describe_a_network(tmp_path, capsys, lines, fragments):
+    sweep = write_lines(tmp_path / "s.jsonl", *lines)
+    run_dir = write_run(tmp_path, "run", summary())
+    usage_error(predict_cli.main, PROG, ["--sweep", sweep, "--run", str(run_dir)], capsys, "--sweep: ", *fragments)
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--alpha-us", "-1", "--busbw-gbps", "5"], "--alpha-us must be >= 0 and finite, got -1.0"),
+        (["--alpha-us", "nan", "--busbw-gbps", "5"], "--alpha-us must be >= 0 and finite, got nan"),
+        (["--alpha-us", "inf", "--busbw-gbps", "5"], "--alpha-us must be >= 0 and finite, got inf"),
+        (["--alpha-us", "5", "--busbw-gbps", "-3"], "--busbw-gbps must be positive and finite, got -3.0"),
+        (["--alpha-us", "5", "--busbw-gbps", "nan"], "--busbw-gbps must be positive and finite, got nan"),
+        (["--alpha-us", "5", "--busbw-gbps", "inf"], "--busbw-gbps must be positive and finite, got inf"),
+        (["--alpha-us", "5", "--busbw-gbps", "5", "--compute-ms", "nan"], "--compute-ms must be >= 0"),
+        (["--alpha-us", "5", "--busbw-gbps", "5", "--compute-ms", "-2"], "--compute-ms must be >= 0"),
+        (["--alpha-us", "5", "--busbw-gbps", "5", "--backward-share", "nan"], "--backward-share must be between"),
+        (["--alpha-us", "5", "--busbw-gbps", "5", "--world-size", "-4"], "--world-size must be at least 1"),
+    ],
+)
+def test_predict_refuses_flags_that_cannot_describe_a_network(tmp_path, capsys, flags, fragment):
+    run_dir = write_run(tmp_path, "run", summary())
+    usage_error(predict_cli.main, PROG, [*flags, "--run", str(run_dir)], capsys, fragment)
+
+
+def test_predict_bucket_cap_beyond_any_model_is_refused(capsys):
+    args = ["--model", "resnet_tiny", "--alpha-us", "5", "--busbw-gbps", "5", "--bucket-cap-mb", "1e300"]
+    usage_error(predict_cli.main, PROG, args, capsys, "--bucket-cap-mb must be positive and at most 1048576")
+
+
+def test_predict_refuses_buckets_beyond_the_fits_sizes_unless_asked(tmp_path, capsys):
+    run_dir = write_run(tmp_path, "run", summary(bucket_bytes=100_000_000))  # one 100 MB bucket
+    small = write_sweep(tmp_path / "small.jsonl", 2, 30.0, 1.0, sizes=(1024, 2**20), max_rel_error=1.11)
+    args = ["--sweep", small, "--run", str(run_dir)]
+    line = usage_error(predict_cli.main, PROG, args, capsys, "--sweep")
+    assert line == (
+        f"{PROG}: error: --sweep {small}: its all_reduce fit was measured over 1,024 to 1,048,576 bytes, and "
+        "1 of 1 buckets lie outside (one of 100,000,000 bytes); sweep sizes that cover the buckets (python -m "
+        "harness.raw_sweep -b/-e), or pass --extrapolate to predict beyond the measured sizes"
+    )
+    out_json = tmp_path / "p.json"
+    code, out, err = in_process(predict_cli.main, PROG, [*args, "--extrapolate", "--json", str(out_json)], capsys)
+    assert code == 0
+    (warning,) = err.splitlines()
+    assert warning.startswith(f"{PROG}: warning: --sweep {small}: its all_reduce fit was measured over 1,024")
+    assert "predicted beyond the measured sizes, as --extrapolate asks" in warning
+    assert "# warning: --sweep" in out
+    # The fit's own error, next to the prediction and in the JSON.
+    assert "its largest relative error there 111.0 %" in out and "the fit's own error is up to 111.0 %" in out
+    result = json.loads(out_json.read_text())
+    assert result["network"]["fit_max_rel_error"] == 1.11 and len(result["warnings"]) == 1
+    assert result["network"]["fit_max_size_bytes"] == 2**20
+    # A given bandwidth holds at every size: no range to keep to.
+    code, _, err = in_process(predict_cli.main, PROG, [*args, "--busbw-gbps", "1"], capsys)
+    assert code == 0 and err == ""
+
+
+def test_predict_never_extrapolates_a_fit_without_bandwidth(tmp_path, capsys):
+    """β = ∞ (null): time did not grow over 8..64 bytes. That fit says nothing about a 100 MB bucket."""
+    run_dir = write_run(tmp_path, "run", summary(bucket_bytes=100_000_000))
+    tiny = write_sweep(tmp_path / "tiny.jsonl", 2, 30.0, None, sizes=(8, 64))
+    for extra in ([], ["--extrapolate"]):
+        usage_error(predict_cli.main, PROG, ["--sweep", tiny, "--run", str(run_dir), *extra], capsys,
+                    "measured over 8 to 64 bytes", "100,000,000 bytes", "β = ∞", "even with --extrapolate")  # fmt: skip
+    # Within its sizes the same fit is fine: a bucket of 64 bytes takes α.
+    inside = write_run(tmp_path, "inside", summary(bucket_bytes=64))
+    code, out, _ = in_process(predict_cli.main, PROG, ["--sweep", tiny, "--run", str(inside)], capsys)
+    assert code == 0 and "predicted comm 0.030 ms" in out
+
+
+def test_predict_output_mistakes(tmp_path, capsys):
+    run_dir = write_run(tmp_path, "run", summary())
+    sweep = write_sweep(tmp_path / "s.jsonl", 2, 30.0, 1.0)
+    base = ["--sweep", sweep, "--run", str(run_dir)]
+    usage_error(predict_cli.main, PROG, [*base, "--json", str(tmp_path)], capsys, "--json", "is a directory")
+    usage_error(predict_cli.main, PROG, [*base, "--json", sweep], capsys, "--json", "is an input file")
+    usage_error(predict_cli.main, PROG, [*base, "--json", str(run_dir / "summary.json")], capsys,
+                "is an input file")  # fmt: skip
+    assert json.loads((run_dir / "summary.json").read_text())["completed"] is True
+    assert (tmp_path / "s.jsonl").read_text().count("\n") == 2, "the sweep is untouched"
+    if Path("/dev/full").exists():
+        usage_error(predict_cli.main, PROG, [*base, "--json", "/dev/full"], capsys, "--json", "/dev/full")
+
+
+def test_predict_into_a_closed_pipe_is_quiet_and_keeps_its_json(tmp_path):
+    run_dir = write_run(tmp_path, "run", summary())
+    sweep = write_sweep(tmp_path / "s.jsonl", 2, 30.0, 1.0)
+    out_json = tmp_path / "p.json"
+    cmd = [sys.executable, "-m", "harness.predict", "--sweep", sweep, "--run", str(run_dir), "--json", str(out_json)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc.stdout.close()  # the reader is gone before predict writes a byte
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == "", err
+    assert json.loads(out_json.read_text())["world_size"] == 2

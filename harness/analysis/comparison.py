@@ -1,7 +1,9 @@
 """The arithmetic of comparing runs: each run's values and settings, changes against a baseline, rows, order.
 
 Each number comes from summary.json's totals; where summary.json lacks it (a killed run has no summary.json
-at all), it is the median of the event file's per-step scalars, warm-up steps (`step/warmup` = 1) left out.
+at all, a damaged one is left out whole), it is the median of the event file's per-step scalars over the steps
+summary.json counts: warm-up (`step/warmup` = 1) and calibration (`step/calibration` = 1, whose collective is
+skipped, so their comm time is ~0) left out.
 Changes against the baseline are relative, in %, for samples/s, step ms, comm ms and exposed ms, and
 absolute, in percentage points, for overlap. With group_repeats a row is the median over one run name's
 runs, with the spread of their step times. Pure functions of RunData (harness.analysis.runs): no files.
@@ -21,6 +23,9 @@ from harness.common.metrics import busbw_gbps, percentile
 from harness.common.names import SUMMARY_FILE, WARMUP_STEPS, WARMUP_TAG
 
 MISSING = "—"  # a setting or value that neither summary.json nor the event file holds
+# 1 on compute-only steps (harness.train.step_log writes it): their hook skips the collective, so their comm
+# time is ~0 and their busbw absurd; summary.json leaves them out, and so do the medians of the events.
+CALIBRATION_TAG = "step/calibration"
 
 
 @dataclass(frozen=True)
@@ -32,14 +37,15 @@ class Metric:
     tag: str | None
     change: str | None  # "pct" (relative change, %), "pt" (absolute change, percentage points) or None
     spec: str = ""  # format spec for the tables; "" keeps three or four significant figures
+    nonnegative: bool = True  # exposed ms is below 0 (and overlap above 100 %) when it is noise
 
 
 METRICS = (
     Metric("samples_per_s", "samples/s", "step/samples_per_s", "pct"),
     Metric("step_ms", "step ms", "step/time_ms", "pct"),
     Metric("comm_ms", "comm ms", "comm/time_ms", "pct"),
-    Metric("exposed_ms", "exposed ms", "comm/exposed_ms", "pct"),
-    Metric("overlap_pct", "overlap %", "comm/overlap_pct", "pt", ".1f"),
+    Metric("exposed_ms", "exposed ms", "comm/exposed_ms", "pct", nonnegative=False),
+    Metric("overlap_pct", "overlap %", "comm/overlap_pct", "pt", ".1f", nonnegative=False),
     Metric("busbw_gbps", "busbw GB/s", None, None),  # from bytes over the median comm time, never averaged
 )
 SETTINGS = (  # (key, header) of the settings that tell runs apart
@@ -75,14 +81,16 @@ def change_pct(value: float | None, base: float | None) -> float | None:
     (exposed ms can be slightly negative: noise); None when either is unknown or the base is 0."""
     if not is_finite(value) or not is_finite(base) or base == 0:
         return None
-    return (value - base) / abs(base) * 100.0
+    change = (value - base) / abs(base) * 100.0
+    return change if is_finite(change) else None  # huge values overflow to inf: unknown, not "+inf%"
 
 
 def change_pt(value: float | None, base: float | None) -> float | None:
     """Absolute change in percentage points (for values that are themselves %)."""
     if not is_finite(value) or not is_finite(base):
         return None
-    return value - base
+    change = value - base
+    return change if is_finite(change) else None
 
 
 def natural_key(name: str) -> list[str | float]:
@@ -115,36 +123,48 @@ def select_baseline(names: Sequence[str], query: str | None) -> str:
 
 
 def measured(scalars: dict[str, list[tuple[int, float]]], tag: str) -> list[float]:
-    """A tag's values after warm-up: steps marked `step/warmup` = 1, or steps 0 and 1 where the mark is absent."""
-    warmup_marks = scalars.get(WARMUP_TAG)
-    warm = {step for step, value in warmup_marks if value == 1} if warmup_marks else set(range(WARMUP_STEPS))
-    return [value for step, value in scalars.get(tag, []) if step not in warm]
+    """A tag's values over the steps summary.json counts: not warm-up (steps marked `step/warmup` = 1, or steps
+    0 and 1 where the mark is absent) and not calibration (`step/calibration` = 1); finite values only."""
+    left_out = _marked(scalars, CALIBRATION_TAG)
+    left_out |= _marked(scalars, WARMUP_TAG) if WARMUP_TAG in scalars else set(range(WARMUP_STEPS))
+    return [value for step, value in scalars.get(tag, []) if step not in left_out and is_finite(value)]
 
 
-def run_values(run: RunData) -> dict[str, float | None]:
-    """Each metric from summary.json's totals, else the median of its per-step scalars (None if neither)."""
+def _marked(scalars: dict[str, list[tuple[int, float]]], tag: str) -> set[int]:
+    return {step for step, value in scalars.get(tag, []) if value == 1}
+
+
+def run_values(run: RunData) -> tuple[dict[str, float | None], list[str]]:
+    """Each metric from summary.json's totals, else the median of its per-step scalars (None if neither), and
+    a note for each median the events hold that cannot be true (a negative time)."""
     totals = (run.summary or {}).get("totals") or {}
     world_size = run_world_size(run)
     values: dict[str, float | None] = {}
+    notes: list[str] = []
     for metric in METRICS:
         value = totals.get(f"{metric.key}_p50")
         if not is_finite(value) and metric.tag is not None:
             value = percentile(measured(run.scalars, metric.tag), 50)
+            if metric.nonnegative and is_finite(value) and value < 0:
+                notes.append(f"the event file's {metric.tag} has median {value:g}; expected >= 0, left out")
+                value = None
         values[metric.key] = value if is_finite(value) else None
     if values["busbw_gbps"] is None:
         values["busbw_gbps"] = _busbw_from_events(run.scalars, values["comm_ms"], world_size)
-    return values
+    return values, notes
 
 
 def run_world_size(run: RunData) -> int | None:
     """From summary.json, the event file's hparams, or samples/s over samples/s per device (a killed run)."""
     for source in ((run.summary or {}).get("world_size"), run.hparams.get("world_size")):
-        if is_finite(source):
+        if is_finite(source) and source >= 1:
             return int(source)
     total = measured(run.scalars, "step/samples_per_s")
     per_device = measured(run.scalars, "step/samples_per_s_per_device")
     if total and per_device and per_device[-1] > 0:
-        return round(total[-1] / per_device[-1])
+        ratio = total[-1] / per_device[-1]
+        if is_finite(ratio) and ratio >= 0.5:  # a tiny per-device rate would make a world of 1e300 ranks
+            return round(ratio)
     return None
 
 
@@ -175,12 +195,20 @@ def run_settings(run: RunData) -> dict[str, str]:
 
 
 def run_status(run: RunData) -> tuple[bool, str]:
-    """(complete, note): a run is complete when summary.json says so."""
+    """(complete, note): a run is complete when its summary.json says so; the note also names every file that
+    could not be used, and why."""
     if run.summary is None:
-        return False, run.problem or f"no {SUMMARY_FILE}: values from the event file (killed or still running)"
+        if run.summary_problem:
+            source = "shown from its event file instead" if run.scalars else "no event file to show the run from"
+            lead = f"{run.summary_problem}; {source}"
+        else:
+            lead = f"no {SUMMARY_FILE}: {'values from the event file' if run.scalars else 'no values'} (killed or "
+            lead += "still running)"
+        return False, "; ".join([lead, *run.problems])
     if not run.summary.get("completed", False):
-        return False, f"did not finish: {run.summary.get('reason') or 'no reason recorded'}"
-    return True, ""
+        reason = f"did not finish: {run.summary.get('reason') or 'no reason recorded'}"
+        return False, "; ".join([reason, *run.problems])
+    return True, "; ".join(run.problems)
 
 
 def build_rows(runs: Sequence[RunData], baseline: str | None = None, group_repeats: bool = False) -> list[Row]:
@@ -203,14 +231,15 @@ def build_rows(runs: Sequence[RunData], baseline: str | None = None, group_repea
 
 def _run_row(run: RunData) -> Row:
     complete, note = run_status(run)
+    values, value_notes = run_values(run)
     return Row(
         name=run.name,
         settings=run_settings(run),
-        values=run_values(run),
+        values=values,
         changes={},
         sample_unit=(run.summary or {}).get("sample_unit"),
         complete=complete,
-        note=note,
+        note="; ".join(filter(None, [note, *value_notes])),
     )
 
 
@@ -279,7 +308,7 @@ def _busbw_from_events(
 ) -> float | None:
     """Step bytes over the median comm time (METRICS.md: bandwidth from a time percentile, never averaged)."""
     step_bytes = measured(scalars, "comm/bytes")
-    if not step_bytes or comm_ms is None or world_size is None:
+    if not step_bytes or step_bytes[-1] < 0 or not comm_ms or comm_ms < 0 or world_size is None:
         return None
     value = busbw_gbps("all_reduce", step_bytes[-1], comm_ms / 1e3, world_size)
     return value if is_finite(value) else None

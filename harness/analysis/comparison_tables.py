@@ -14,11 +14,16 @@ from typing import Any
 
 from harness.analysis.comparison import METRICS, MISSING, SETTINGS, Row
 
+# Beyond this a fixed-point cell grows without bound (1e300 would print 301 digits): exponent notation instead.
+HUGE = 1e7
+
 
 def format_number(value: float | None, spec: str = "") -> str:
     """`spec`, else three or four significant figures without exponent clutter; "—" when unknown."""
     if value is None:
         return MISSING
+    if abs(value) >= HUGE:
+        return f"{value:.3g}"
     if spec:
         return format(value, spec)
     if abs(value) >= 100:
@@ -32,7 +37,8 @@ def format_change(value: float | None, kind: str) -> str:
     """A change as the tables show it: `+1.5%` for a relative change ("pct"), `+1.5 pt` for points ("pt")."""
     if value is None:
         return MISSING
-    return f"{value:+.1f}%" if kind == "pct" else f"{value:+.1f} pt"
+    text = f"{value:+.3g}" if abs(value) >= HUGE else f"{value:+.1f}"
+    return f"{text}%" if kind == "pct" else f"{text} pt"
 
 
 def table_cells(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
@@ -69,7 +75,8 @@ def _grouped(rows: Sequence[Row]) -> bool:
 def _notes(rows: Sequence[Row]) -> list[str]:
     base = next(r.name for r in rows if r.is_baseline)
     notes = [
-        f"baseline: {base}; Δ against it in % (overlap in percentage points); medians after warm-up",
+        f"baseline: {base}; Δ against it in % (overlap in percentage points); medians of the measured steps "
+        "(warm-up and calibration left out)",
     ]
     if _grouped(rows):
         notes.append(

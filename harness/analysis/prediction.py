@@ -5,21 +5,26 @@ reduced one after another, each starting once its gradients are ready, and whate
 backward is exposed. FORMULAS states every step of it; harness.analysis.prediction_report prints them with
 the numbers. The network comes from a raw sweep's all_reduce fit (network_from_sweep) or is given; the
 buckets come from harness.analysis.bucket_layout. A run's summary.json adds measured/predicted.
+
+A fit describes the sizes it was measured over: check_fit_range refuses buckets outside them unless the user
+opts in (and then says so), and refuses always where the fit's β is infinite (its time did not grow with
+size), which says nothing about the bandwidth of larger buckets. The fit's own error travels with the
+prediction (Network.fit_max_rel_error).
 """
 
 from __future__ import annotations
 
-import json
 import math
+import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from harness.analysis.bucket_layout import PlannedBucket
+from harness.analysis.checked import BadFile, check_regular
 from harness.analysis.finite import is_finite
 from harness.common.cli import UsageError
 from harness.common.metrics import busbw_factor
-from harness.common.sweep_fits import load_fits
+from harness.common.sweep_fits import FitRecordError, load_fits
 
 ALPHA_SCALINGS = ("constant", "ring")
 HOOKS = ("allreduce", "fp16", "bf16")  # PowerSGD's traffic depends on its rank and state: not modelled
@@ -51,6 +56,10 @@ class Network:
     """The world size α was measured at (the sweep's), for --alpha-scaling ring."""
     alpha_scaling: str = "constant"
     source: str = ""
+    fit_max_rel_error: float | None = None
+    """The sweep fit's largest relative error over its sizes; None where α and the bandwidth were given."""
+    fit_range_bytes: tuple[int, int] | None = None
+    """(smallest, largest) size the bandwidth was fitted over; None where the bandwidth was given."""
 
     def alpha_at_us(self, world_size: int) -> float:
         """α(n): constant, or growing with the ring's 2(n−1) hops."""
@@ -72,16 +81,19 @@ def busbw_from_beta(beta_gbps: float, world_size: int) -> float:
 
 def network_from_sweep(path: str, alpha_scaling: str = "constant") -> Network:
     """The all_reduce fit of a raw sweep's JSON Lines (eager throughput, in place, else out of place)."""
-    if not Path(path).is_file():
+    if not os.path.lexists(path):
         raise UsageError(f"--sweep {path!r} is not a file; write one with python -m harness.raw_sweep --json PATH")
     fit, placement = None, ""
-    for placement in ("in_place", "out_of_place"):
-        try:
+    try:
+        check_regular(path)  # a FIFO would block the reader, a device never end
+        for placement in ("in_place", "out_of_place"):
             fit = load_fits(path, placement=placement).get("all_reduce")
-        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as err:
-            raise UsageError(f"--sweep {path!r} is not a raw_sweep JSON Lines file ({err})") from None
-        if fit is not None:
-            break
+            if fit is not None:
+                break
+    except (BadFile, FitRecordError) as err:
+        raise UsageError(f"--sweep: {err}") from None
+    except OSError as err:
+        raise UsageError(f"--sweep {path!r} cannot be read: {err.strerror or err}") from None
     if fit is None:
         raise UsageError(
             f"--sweep {path!r} has no all_reduce fit (eager throughput); run python -m harness.raw_sweep "
@@ -95,7 +107,37 @@ def network_from_sweep(path: str, alpha_scaling: str = "constant") -> Network:
         ref_world_size=fit.world_size,
         alpha_scaling=alpha_scaling,
         source=f"sweep {path} (all_reduce {placement}, {fit.world_size} ranks, β {fit.beta_gbps:.4g} GB/s algbw)",
+        fit_max_rel_error=fit.max_rel_error,
+        fit_range_bytes=(fit.min_size_bytes or 0, fit.max_size_bytes or 0),  # (0, 0): not recorded, so unknown
     )
+
+
+def check_fit_range(network: Network, sizes: list[int], extrapolate: bool = False, sweep: str = "") -> str | None:
+    """None when every size lies within the sizes the bandwidth was fitted over (or it was given); a UsageError
+    naming the range and the bucket outside it, or with `extrapolate` the warning to show instead."""
+    if network.fit_range_bytes is None or not sizes:
+        return None
+    low, high = network.fit_range_bytes
+    outside = [s for s in sizes if not low <= s <= high]
+    if not outside:
+        return None
+    worst = max(outside) if max(outside) > high else min(outside)
+    measured = f"over {low:,} to {high:,} bytes" if high else "over sizes it does not record (no max_size_bytes)"
+    what = (
+        f"--sweep {sweep}: its all_reduce fit was measured {measured}, and {len(outside)} of {len(sizes)} buckets "
+        f"lie outside (one of {worst:,} bytes)"
+    )
+    if math.isinf(network.busbw_gbps):
+        raise UsageError(
+            f"{what}: its time did not grow with size (β = ∞), so it holds no bandwidth to predict them with, even "
+            "with --extrapolate; sweep larger sizes (python -m harness.raw_sweep -e) or give --busbw-gbps"
+        )
+    if not extrapolate:
+        raise UsageError(
+            f"{what}; sweep sizes that cover the buckets (python -m harness.raw_sweep -b/-e), or pass --extrapolate "
+            "to predict beyond the measured sizes"
+        )
+    return f"{what}: predicted beyond the measured sizes, as --extrapolate asks"
 
 
 def wire_bytes(bucket: PlannedBucket, hook: str) -> int:
@@ -165,6 +207,10 @@ def predict(
             "ref_world_size": network.ref_world_size,
             "alpha_scaling": network.alpha_scaling,
             "source": network.source,
+            "fit_max_rel_error": network.fit_max_rel_error,
+            # None where the bandwidth was given or the fit does not record its sizes.
+            "fit_min_size_bytes": (network.fit_range_bytes or (0, 0))[1] and network.fit_range_bytes[0],
+            "fit_max_size_bytes": (network.fit_range_bytes or (0, 0))[1] or None,
         },
         "buckets": rows,
         "totals": totals,

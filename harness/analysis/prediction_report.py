@@ -17,6 +17,10 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
     return format(value, spec) if is_finite(value) else "n/a"
 
 
+def _pct(share: float | None) -> str:
+    return f"{100 * share:.1f} %" if is_finite(share) else "n/a"
+
+
 def format_report(result: dict[str, Any]) -> str:
     """The whole report: header, the bucket table, step totals, efficiency against a run, the formulas."""
     net, t = result["network"], result["totals"]
@@ -28,10 +32,18 @@ def format_report(result: dict[str, Any]) -> str:
         f"# α = {net['alpha_us']:.2f} µs at {net['ref_world_size']} ranks, α({n}) = {net['alpha_at_world_size_us']:.2f}"
         f" µs ({net['alpha_scaling']}); B_bus = {net['busbw_gbps']:.4g} GB/s",
     ]
+    error = net.get("fit_max_rel_error")
+    if net.get("fit_max_size_bytes"):
+        lines.append(
+            f"# fit: measured over {net['fit_min_size_bytes']:,} to {net['fit_max_size_bytes']:,} bytes, "
+            f"its largest relative error there {_pct(error)} (max_rel_error)"
+        )
+    lines += [f"# warning: {w}" for w in result.get("warnings", [])]
     lines += _bucket_table(result)
+    fit_error = f"; the fit's own error is up to {_pct(error)}" if error is not None else ""
     lines.append(
         f"# predicted comm {t['comm_ms']:.3f} ms per step for {t['bytes_per_step'] / MB:.2f} MB"
-        f" (sum of the buckets' times)"
+        f" (sum of the buckets' times{fit_error})"
     )
     if "exposed_ms" in t:
         lines.append(

@@ -4,19 +4,36 @@ A run is a directory holding summary.json and/or TensorBoard event files (`<logd
 as train.py writes them). Loading only reads: RunData holds plain data, and harness.analysis.comparison
 turns it into rows. Nothing is unpickled: summary.json is JSON and event files are protocol buffers, read
 with tensorboard's reader (imported where used, so that finding runs costs nothing).
+
+Files are read defensively (harness.analysis.checked): only regular files are opened, so a FIFO or a device
+named like a run's file never blocks or floods the reader, and summary.json's fields are checked for type and
+range (read_summary). A file that fails is a problem of its run, one line naming the file, the field and what
+was expected; the run keeps whatever else it has.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.checked import BadFile, Fields, check_regular, read_json_object
 from harness.common.cli import UsageError
 from harness.common.names import EVENT_FILE_PREFIX, SUMMARY_FILE
+
+# summary.json's totals, each a number >= this minimum (None: any finite number), or null where unknown.
+# Exposed time is negative when communication makes backward faster than the calibration steps (noise), and
+# overlap then exceeds 100 %.
+TOTALS_MINIMUM: dict[str, float | None] = {
+    "steps_measured": 0, "warmup_steps": 0, "calibration_steps": 0, "bytes_per_step": 0,
+    "step_ms_p50": 0, "step_ms_p90": 0, "samples_per_s_p50": 0, "comm_ms_p50": 0, "comm_ms_p90": 0,
+    "max_bucket_ms_p50": 0, "tail_ms_p50": None, "compute_only_ms": 0, "fwd_bwd_ms_p50": 0,
+    "exposed_ms_p50": None, "exposed_ms_p90": None, "overlap_pct_p50": None, "algbw_gbps_p50": 0,
+    "busbw_gbps_p50": 0, "comm_share_of_step_p50": 0,
+}  # fmt: skip
 
 
 @dataclass
@@ -24,28 +41,67 @@ class RunData:
     """What was loaded from one run directory: no computation yet, so rows can be built from plain data."""
 
     name: str
-    summary: dict[str, Any] | None = None
-    scalars: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # tag -> [(step, value)]
+    summary: dict[str, Any] | None = None  # checked by read_summary; None if absent or unusable
+    scalars: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # tag -> [(step, value)], finite
     hparams: dict[str, Any] = field(default_factory=dict)  # the HParams plugin's values in the event file
-    problem: str = ""  # why summary.json could not be used, if it exists but is unreadable
+    summary_problem: str = ""  # why summary.json, which exists, could not be used (one line)
+    problems: list[str] = field(default_factory=list)  # the same for each event file, and their hparams
     group: str = ""  # the run name its repeats share (default: the name without its last part)
+    directory: Path | None = None  # where it was found (None for data made in memory)
+
+
+def read_summary(path: Path | str) -> dict[str, Any]:
+    """summary.json as a dict whose fields compare and predict use are known to have their types and ranges;
+    a BadFile naming the file, the field and what was expected otherwise."""
+    top = read_json_object(path)
+    top.flag("completed", required=True)
+    top.text("reason")
+    top.number("world_size", integer=True, minimum=1, required=True)
+    top.text("backend")
+    top.text("sample_unit")
+    check_settings(top.section("settings", required=True))
+    totals = top.section("totals", required=True)
+    for key, minimum in TOTALS_MINIMUM.items():
+        totals.number(key, minimum=minimum)
+    seen: set[int] = set()
+    for bucket in top.items("buckets"):  # compare needs none; predict asks for at least one
+        index = bucket.number("index", integer=True, minimum=0, required=True)
+        if index in seen:
+            raise BadFile(f"{path}: {bucket.name('index')} is {index} again; expected each bucket index once")
+        seen.add(index)
+        bucket.number("numel", integer=True, minimum=1, required=True)
+        bucket.number("bytes", integer=True, minimum=1, required=True)
+        bucket.number("num_params", integer=True, minimum=0)
+        for key in ("time_ms_p50", "time_ms_p90", "busbw_gbps_p50"):
+            bucket.number(key, minimum=0)
+        for key in ("first_param", "last_param", "time_source", "dtype"):
+            bucket.text(key)
+    return top.data
+
+
+def check_settings(settings: Fields) -> None:
+    """The settings compare shows, from summary.json or the event file's hparams: types and ranges."""
+    for key in ("model", "comm_hook", "precision"):
+        settings.text(key)
+    settings.number("bucket_cap_mb", above=0)
+    for key in ("batch_size", "accumulate_grad_batches", "powersgd_rank"):
+        settings.number(key, integer=True, minimum=1)
 
 
 def is_run_dir(path: Path) -> bool:
-    """Whether `path` holds summary.json or an event file itself (not in a subdirectory)."""
+    """Whether `path` holds something named summary.json or like an event file itself (not in a subdirectory).
+    Names alone: whatever they are (a FIFO, a directory) is said when the run is loaded, not opened here."""
     try:
-        return any(
-            entry.is_file() and (entry.name == SUMMARY_FILE or entry.name.startswith(EVENT_FILE_PREFIX))
-            for entry in path.iterdir()
-        )
+        return any(entry.name == SUMMARY_FILE or entry.name.startswith(EVENT_FILE_PREFIX) for entry in path.iterdir())
     except OSError:
         return False
 
 
 def find_runs(paths: Sequence[str]) -> list[tuple[str, Path]]:
     """(name, directory) of every run under `paths`: a name is the path relative to the directory given, or
-    `<run_name>/<version>` for a run directory given itself. A run found twice is listed once."""
-    found: dict[Path, str] = {}
+    `<run_name>/<version>` for a run directory given itself. A run found twice is listed once. Symbolic links
+    to directories are not followed (os.walk's default), so a link loop costs nothing."""
+    found: dict[Path, tuple[str, Path]] = {}  # the real directory -> (name, the path as found under its root)
     for arg in paths:
         root = Path(arg)
         if not root.is_dir():
@@ -56,11 +112,11 @@ def find_runs(paths: Sequence[str]) -> list[tuple[str, Path]]:
             if not is_run_dir(here):
                 continue
             name = here.relative_to(root).as_posix() if here != root else _own_name(root)
-            found.setdefault(here.resolve(), name)
-    names = list(found.values())
+            found.setdefault(here.resolve(), (name, here))
+    names = [name for name, _ in found.values()]
     if len(set(names)) < len(names):  # the same relative path under two roots: use the paths as given
-        return sorted(((str(path), path) for path in found), key=lambda item: item[0])
-    return sorted(((name, path) for path, name in found.items()), key=lambda item: item[0])
+        return sorted(((str(path), path) for _, path in found.values()), key=lambda item: item[0])
+    return sorted(found.values(), key=lambda item: item[0])
 
 
 def _own_name(run_dir: Path) -> str:
@@ -85,40 +141,81 @@ def load_runs(paths: Sequence[str]) -> list[RunData]:
     return runs
 
 
+def run_files(run_dir: Path) -> list[Path]:
+    """The paths in `run_dir` that compare reads: summary.json and the event files (whatever they are)."""
+    try:
+        names = sorted(p.name for p in run_dir.iterdir())
+    except OSError:
+        return []
+    return [run_dir / n for n in names if n == SUMMARY_FILE or n.startswith(EVENT_FILE_PREFIX)]
+
+
 def load_run(name: str, run_dir: Path) -> RunData:
-    """summary.json (plain JSON), and the scalars and hparams of the directory's event files."""
-    run = RunData(name=name)
-    summary_path = run_dir / SUMMARY_FILE
-    if summary_path.is_file():
+    """summary.json (plain JSON, checked), and the scalars and hparams of the directory's event files."""
+    run = RunData(name=name, directory=run_dir)
+    files = run_files(run_dir)
+    if run_dir / SUMMARY_FILE in files:
         try:
-            summary = json.loads(summary_path.read_text())
-        except (OSError, ValueError) as err:
-            run.problem = f"{SUMMARY_FILE} unreadable ({err}): values from the event file"
-        else:
-            if isinstance(summary, dict):
-                run.summary = summary
-            else:
-                run.problem = f"{SUMMARY_FILE} is not a JSON object: values from the event file"
-    if any(p.name.startswith(EVENT_FILE_PREFIX) for p in run_dir.iterdir() if p.is_file()):
-        run.scalars, run.hparams = load_events(run_dir)
+            run.summary = read_summary(run_dir / SUMMARY_FILE)
+        except BadFile as err:
+            run.summary_problem = str(err)
+    event_files = [p for p in files if p.name != SUMMARY_FILE]
+    if event_files:
+        run.scalars, run.hparams, problems = load_events(event_files)
+        run.problems += problems
     return run
 
 
-def load_events(run_dir: Path) -> tuple[dict[str, list[tuple[int, float]]], dict[str, Any]]:
-    """Every scalar of the directory's event files (no reservoir sampling), and the HParams plugin's values."""
+def load_events(paths: Sequence[Path]) -> tuple[dict[str, list[tuple[int, float]]], dict[str, Any], list[str]]:
+    """Every finite scalar of the event files (no reservoir sampling; one value per tag and step, the last
+    file's where files repeat a step), the HParams plugin's values, and a line for each file not read."""
+    scalars: dict[str, dict[int, float]] = {}
+    hparams: dict[str, Any] = {}
+    problems: list[str] = []
+    for path in paths:
+        try:
+            check_regular(path)
+            file_scalars, file_hparams = _read_event_file(path)
+        except BadFile as err:
+            problems.append(f"{err}; its events left out")
+            continue
+        for tag, points in file_scalars.items():
+            scalars.setdefault(tag, {}).update(points)
+        hparams.update(file_hparams)
+    if hparams:
+        try:
+            fields = Fields(hparams, f"the hparams of {paths[0].parent / (EVENT_FILE_PREFIX + '*')}")
+            check_settings(fields)
+            fields.number("world_size", integer=True, minimum=1)
+            fields.text("backend")
+        except BadFile as err:
+            problems.append(f"{err}; the settings in them left out")
+            hparams = {}
+    return {tag: sorted(points.items()) for tag, points in scalars.items()}, hparams, problems
+
+
+def _read_event_file(path: Path) -> tuple[dict[str, dict[int, float]], dict[str, Any]]:
+    """One event file's finite scalars ({tag: {step: value}}) and hparams; a BadFile if it holds no events."""
     from google.protobuf import json_format
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    acc.Reload()
-    scalars = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-    hparams: dict[str, Any] = {}
-    metadata = acc.summary_metadata.get("_hparams_/session_start_info")
-    if metadata is not None:
-        data = plugin_data_pb2.HParamsPluginData.FromString(metadata.plugin_data.content)
-        for key, value in data.session_start_info.hparams.items():
-            hparams[key] = _hparam_value(json_format.MessageToDict(value))
+    acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
+    try:
+        acc.Reload()
+        scalars = {tag: {e.step: e.value for e in acc.Scalars(tag) if math.isfinite(e.value)}
+                   for tag in acc.Tags()["scalars"]}  # fmt: skip
+        hparams: dict[str, Any] = {}
+        metadata = acc.summary_metadata.get("_hparams_/session_start_info")
+        if metadata is not None:
+            data = plugin_data_pb2.HParamsPluginData.FromString(metadata.plugin_data.content)
+            for key, value in data.session_start_info.hparams.items():
+                hparams[key] = _hparam_value(json_format.MessageToDict(value))
+    except Exception as err:  # tensorboard's reader raises its own kinds (protobuf, its own errors) on damage
+        reason = " ".join(f"{type(err).__name__}: {err}".split())  # one line, whatever the reader's message
+        raise BadFile(f"{path} cannot be read as TensorBoard events ({reason})") from None
+    if acc.file_version is None:  # every event file starts with its version; a damaged record stops the reader
+        raise BadFile(f"{path} holds no readable event; expected a TensorBoard event file")
     return scalars, hparams
 
 
