@@ -272,6 +272,30 @@ def test_compare_with_only_damaged_runs_still_answers(tmp_path, capsys):
     assert row.count("—") >= 10 and "incomplete" in row
 
 
+def test_compare_default_baseline_is_the_first_run_with_numbers(tmp_path):
+    root = tmp_path / "runs"
+    write_run(root, "a-damaged", [])
+    write_run(root, "b-good", summary())
+    write_run(root, "c-good", summary(step_ms=50.0))
+    rows = build_rows(load_runs([str(root)]))
+    assert [r.name for r in rows if r.is_baseline] == ["b-good/v0"]
+    assert rows[2].changes["step_ms"] == pytest.approx(25.0)
+    rows = build_rows(load_runs([str(root)]), baseline="a-damaged")  # asked for: given, Δ unknown
+    assert rows[0].is_baseline and rows[2].changes["step_ms"] is None
+
+
+def test_compare_finds_a_run_nested_1200_directories_deep(tmp_path, capsys):
+    """Python 3.11's os.walk recurses and would end in a RecursionError here."""
+    deep = tmp_path / "runs"
+    deep.mkdir()
+    for _ in range(1200):  # one level at a time: pathlib's and os's makedirs recurse too
+        deep = deep / "d"
+        deep.mkdir()
+    (deep / "summary.json").write_text(json.dumps(summary()))
+    code, out, err = in_process(compare_cli.main, COMPARE, [str(tmp_path / "runs")], capsys)
+    assert code == 0 and err == "" and out.splitlines()[1].startswith("d/d/d/")
+
+
 def test_compare_huge_but_finite_numbers_stay_readable(tmp_path, capsys):
     """A step of 1e300 ms is kept (finite, >= 0) but shown in exponent form, and a change that overflows is
     unknown rather than +inf%."""

@@ -213,7 +213,7 @@ def run_status(run: RunData) -> tuple[bool, str]:
 
 def build_rows(runs: Sequence[RunData], baseline: str | None = None, group_repeats: bool = False) -> list[Row]:
     """One row per run, or per run name with `group_repeats` (the median of its runs), in natural name order,
-    with changes against the baseline row (see select_baseline)."""
+    with changes against the baseline row (see select_baseline; by default the first row with numbers)."""
     runs = sorted(runs, key=lambda r: natural_key(r.name))
     if group_repeats:
         groups: dict[str, list[RunData]] = {}
@@ -222,7 +222,9 @@ def build_rows(runs: Sequence[RunData], baseline: str | None = None, group_repea
         rows = [_group_row(name, groups[name]) for name in sorted(groups, key=natural_key)]
     else:
         rows = [_run_row(run) for run in runs]
-    base_name = select_baseline([r.name for r in rows], baseline)
+    # By default the first row by name that has numbers: a damaged or empty run would leave every Δ unknown.
+    usable = [r.name for r in rows if any(v is not None for v in r.values.values())]
+    base_name = select_baseline([r.name for r in rows] if baseline or not usable else usable, baseline)
     base = next(r for r in rows if r.name == base_name).values
     return [
         dataclasses.replace(row, changes=_changes(row.values, base), is_baseline=row.name == base_name) for row in rows

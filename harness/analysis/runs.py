@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,15 +100,13 @@ def is_run_dir(path: Path) -> bool:
 def find_runs(paths: Sequence[str]) -> list[tuple[str, Path]]:
     """(name, directory) of every run under `paths`: a name is the path relative to the directory given, or
     `<run_name>/<version>` for a run directory given itself. A run found twice is listed once. Symbolic links
-    to directories are not followed (os.walk's default), so a link loop costs nothing."""
+    to directories are not followed, so a link loop costs nothing."""
     found: dict[Path, tuple[str, Path]] = {}  # the real directory -> (name, the path as found under its root)
     for arg in paths:
         root = Path(arg)
         if not root.is_dir():
             raise UsageError(f"{arg!r} is not a directory")
-        for dirpath, dirnames, _ in os.walk(root):
-            dirnames.sort()
-            here = Path(dirpath)
+        for here in _directories(root):
             if not is_run_dir(here):
                 continue
             name = here.relative_to(root).as_posix() if here != root else _own_name(root)
@@ -117,6 +115,22 @@ def find_runs(paths: Sequence[str]) -> list[tuple[str, Path]]:
     if len(set(names)) < len(names):  # the same relative path under two roots: use the paths as given
         return sorted(((str(path), path) for _, path in found.values()), key=lambda item: item[0])
     return sorted(found.values(), key=lambda item: item[0])
+
+
+def _directories(root: Path) -> Iterator[Path]:
+    """`root` and every directory under it, depth first in name order, without following symbolic links (a
+    link loop costs nothing). A stack, not os.walk: Python 3.11's os.walk recurses, and a tree nested 1,000
+    deep would end in a RecursionError. Directories that cannot be listed are skipped, as os.walk does."""
+    stack = [root]
+    while stack:
+        here = stack.pop()
+        yield here
+        try:
+            with os.scandir(here) as entries:
+                children = [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        stack.extend(sorted(children, reverse=True))
 
 
 def _own_name(run_dir: Path) -> str:
