@@ -13,16 +13,20 @@ at the end it prints a per-bucket table and writes summary.json into the run's l
 `python train.py --help` lists every option.
 
 Exit codes: 0 done; 2 a mistake in the options (one line, before any process starts); 3 a rank failed, timed
-out (--timeout) or lost a peer (one line names the rank, the step and the collective); 130 / 143 stopped by
-SIGINT / SIGTERM. Whatever ends a run, summary.json ("completed": false, "reason") and the events keep what
-was measured. Without a launcher, the exit code of a rank killed by signal N is 128 + N.
+out (--timeout) or lost a peer (one line names the rank, the step and the collective), or rank 0 could no
+longer write its outputs (the line names them); 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP.
+Whatever ends a run, summary.json ("completed": false, "reason") and the events keep what was measured. Each
+run has a directory of its own, <logdir>/<run name>/<start time>, also when two start in the same second.
+Without a launcher, the exit code of a rank killed by signal N is 128 + N.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness.common.cli import run_cli
 from harness.common.names import GRACE_S
-from harness.train.config import parse_config, run_version
+from harness.train.config import claim_run_version, parse_config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     # CPU that the ranks, loading it themselves, need more).
     from harness.common.local_launch import spawn_local
 
-    run_version()  # fixed here, inherited by the ranks: they write into one run directory
+    claim_run_version(Path(cfg.logdir) / cfg.run_name)  # fixed here, inherited by the ranks: one run directory
     backend = "nccl" if cfg.use_gpu else "gloo"
     grace_s = cfg.timeout_s + GRACE_S
     return spawn_local(_rank, cfg.devices, (cfg,), backend=backend, init_process_group=False, grace_s=grace_s)

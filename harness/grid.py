@@ -7,9 +7,13 @@
 
 Each configuration runs as its own train.py process (under --launcher, if given) in its own run directory
 under --logdir, with its output in <logdir>/logs/<run>.log. A configuration that fails is reported and
-the sweep goes on; Ctrl-C stops it and still shows the table of the runs that finished. Arguments after
-`--` go to every train.py run unchanged. The table is harness.compare's, also written as Markdown and CSV
-into --logdir (comparison.md, comparison.csv).
+the sweep goes on. Arguments after `--` go to every train.py run unchanged. The table is harness.compare's,
+also written as Markdown and CSV into --logdir (comparison.md, comparison.csv).
+
+Ctrl-C, SIGTERM or SIGHUP stops the grid: the signal is passed on to the running train.py and its ranks
+(which keep a partial summary, as train.py does when signalled), whatever of them is left after STOP_GRACE_S
+is killed, the table shows the runs that finished, and the exit code is 128 + the signal. Every train.py
+runs in a process group of its own, so that nothing it started outlives the grid.
 
 `--repeat N` runs the whole grid N times, every other pass in reverse order so that a machine that drifts
 during the sweep does not favour the configurations that come first. A repeat is another version under the
@@ -20,10 +24,12 @@ of their step times, so a difference smaller than the spread reads as noise.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import itertools
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -34,11 +40,15 @@ from harness.analysis.comparison_tables import format_csv, format_markdown, form
 from harness.analysis.runs import load_runs
 from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, run_cli
 from harness.common.dist_env import NVLS_OFF_ENV
+from harness.common.failures import Interrupted, SignalLatch, signal_name
 from harness.common.names import HOOK_NAMES
 from models import get_model_spec
 
 PROG = "python -m harness.grid"
 TRAIN_PY = Path(__file__).resolve().parent.parent / "train.py"
+# After passing a signal on, how long a train.py run has to stop its ranks at a step boundary and write their
+# partial summary before everything left of it is killed.
+STOP_GRACE_S = 60.0
 
 
 def parse_list(flag: str, text: str, convert: type) -> list:
@@ -77,19 +87,41 @@ def build_command(launcher: list[str], model: str, config: dict[str, str], logdi
     return cmd + extra
 
 
-def run_config(cmd: list[str], log_path: Path) -> tuple[int, float]:
-    """Run one train.py to completion, its output to `log_path`; returns (exit code, seconds)."""
+def run_config(cmd: list[str], log_path: Path, signals: SignalLatch) -> tuple[int, float]:
+    """Run one train.py to completion, its output to `log_path`; returns (exit code, seconds).
+
+    A signal to the grid (`signals` raises Interrupted while the run is waited for) is passed on to the run's
+    process group, and then raised again once the run has stopped."""
     env = {**os.environ, **NVLS_OFF_ENV}
     start = time.perf_counter()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        # A session of its own: train.py, its ranks (and a launcher's workers) form one process group that the
+        # grid signals, and a terminal's Ctrl-C reaches the grid alone, which passes it on once.
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
+            signals.armed = True
+            if signals.received is not None:  # it came while the run was being started
+                raise Interrupted(signals.received)
             code = proc.wait()
-        except KeyboardInterrupt:
-            proc.terminate()
-            proc.wait(timeout=30)
+        except Interrupted as stop:
+            signals.armed = False
+            stop_run(proc, stop.signum)
             raise
+        finally:
+            signals.armed = False
     return code, time.perf_counter() - start
+
+
+def stop_run(proc: subprocess.Popen, signum: int, grace_s: float = STOP_GRACE_S) -> None:
+    """Pass `signum` on to a run's process group, then SIGKILL whatever is left of it after `grace_s`."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signum)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    # train.py waits for its ranks before it exits; anything of the group still there did not stop in time.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,35 +166,52 @@ def main(argv: list[str] | None = None) -> int:
     launcher = shlex.split(args.launcher)
     schedule = run_order(grid(caps, hooks), args.repeat)
     failed = []
+    signals = SignalLatch().install()  # not armed: a signal between runs is acted on before the next
+    finished = 0
     try:
         for i, (repeat, config) in enumerate(schedule, 1):
+            if signals.received is not None:
+                raise Interrupted(signals.received)
             name = run_name(args.model, config)
             log_name = f"{name}.log" if args.repeat == 1 else f"{name}-repeat{repeat}.log"
             progress = f"[{i}/{len(schedule)}] {name}" + (f" (repeat {repeat})" if args.repeat > 1 else "")
             cmd = build_command(launcher, args.model, config, logdir, args.train_args)
             print(f"{progress}: {shlex.join(cmd)}", flush=True)
-            code, seconds = run_config(cmd, logdir / "logs" / log_name)
+            try:
+                code, seconds = run_config(cmd, logdir / "logs" / log_name, signals)
+            except Interrupted:
+                print(f"{progress}: stopped (see logs/{log_name})", flush=True)
+                raise
             status = "ok" if code == 0 else f"FAILED (exit {code}, see logs/{log_name})"
             print(f"{progress}: {status} in {seconds:.0f} s", flush=True)
+            finished += 1
             if code != 0:
                 failed.append(name)
-    except KeyboardInterrupt:
-        print("interrupted: comparing the runs that finished", file=sys.stderr)
-        failed.append("(interrupted)")
+    except Interrupted as stop:
+        print(
+            f"{PROG}: interrupted by {signal_name(stop.signum)} after {finished} of {len(schedule)} runs: "
+            "comparing what was measured",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def exit_code() -> int:  # a signal, even one that came while comparing, says more than a failed run
+        return 128 + signals.received if signals.received is not None else 1 if failed else 0
+
     try:
         runs = load_runs([str(logdir)])
     except UsageError:
-        if not failed:
+        if exit_code() == 0:
             raise
-        # Every configuration failed before writing anything: a failed sweep (exit 1), not a usage mistake.
+        # Every configuration failed (or was stopped) before writing anything: not a usage mistake.
         print(f"{PROG}: no run left a summary or event file under {logdir}: nothing to compare", file=sys.stderr)
-        return 1
+        return exit_code()
     rows = build_rows(runs, args.baseline, group_repeats=args.repeat > 1)
     print(format_text(rows))
     (logdir / "comparison.md").write_text(format_markdown(rows))
     (logdir / "comparison.csv").write_text(format_csv(rows))
     print(f"# written: {logdir / 'comparison.md'}, {logdir / 'comparison.csv'}")
-    return 1 if failed else 0
+    return exit_code()
 
 
 if __name__ == "__main__":

@@ -47,6 +47,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import stat
+import sys
 
 import torch
 
@@ -147,6 +149,37 @@ def _sizes(args: argparse.Namespace, device_kind: str, element_size: int) -> tup
     return sizes, f"minBytes {low} maxBytes {high} {how}"
 
 
+def _identity(path: str) -> tuple:
+    """What names one file however it is spelled (./F, a symbolic link, a hard link): its device and inode
+    once it exists, else the path with every existing link resolved."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return ("path", os.path.realpath(path))
+    return ("inode", info.st_dev, info.st_ino)
+
+
+def check_distinct_outputs(outputs: dict[str, str | None]) -> None:
+    """A UsageError when two outputs, or an output and stdout (where the table goes), are one file: their
+    lines would be mixed. Terminals and /dev/null are character devices, where nothing is kept to mix."""
+    seen: dict[tuple, str] = {}
+    try:  # stdout first, so that `--json F > F` names the option
+        if not stat.S_ISCHR(os.fstat(sys.stdout.fileno()).st_mode):
+            info = os.fstat(sys.stdout.fileno())
+            seen[("inode", info.st_dev, info.st_ino)] = "stdout (the table)"
+    except (OSError, ValueError):  # no stdout at all: nothing to mix with
+        pass
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        if os.path.exists(path) and stat.S_ISCHR(os.stat(path).st_mode):
+            continue
+        identity = _identity(path)
+        if identity in seen:
+            raise UsageError(f"{option} {path!r} is the same file as {seen[identity]}; give each output its own")
+        seen[identity] = f"{option} {path!r}"
+
+
 def make_plan(
     args: argparse.Namespace, backend: str, world_size: int, nodes: int, launcher: str, writes_outputs: bool = True
 ) -> Plan:
@@ -179,6 +212,7 @@ def make_plan(
         check_writable(args.json, "--json")
         check_writable(args.csv, "--csv")
         check_writable(args.logdir, "--logdir", directory=True)
+        check_distinct_outputs({"--json": args.json, "--csv": args.csv, "--logdir": args.logdir})
     element_size = torch.empty((), dtype=DTYPES[dtype]).element_size()
     sizes, size_spec = _sizes(args, device_kind, element_size)
     return Plan(

@@ -14,10 +14,11 @@ beyond loopback.
 afterwards). With `init_process_group=False` it runs without one, and `init_method()` gives the
 rendezvous address to pass to `torch.distributed.init_process_group` yourself.
 
-Like torchrun's agent, the parent watches its children: SIGINT and SIGTERM sent to it are forwarded to every
-child, and a child that dies gives the others `grace_s` seconds to stop on their own (their collectives
-fail or time out) before they are terminated. Children die with the parent (Linux's parent-death signal),
-so a killed parent leaves no orphans.
+Like torchrun's agent, the parent watches its children: SIGINT, SIGTERM and SIGHUP sent to it are forwarded
+to every child, and a child that dies gives the others `grace_s` seconds to stop on their own (their
+collectives fail or time out) before they are terminated. Children die with the parent (Linux's parent-death
+signal), so a killed parent leaves no orphans. A child that exits with an error code has said why itself;
+the parent names only children killed by a signal, which cannot.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import torch
 import torch.distributed as dist
 
 from harness.common.dist_env import apply_safe_nccl_env, detect
+from harness.common.failures import catch_signals
 
 INIT_METHOD_ENV = "HARNESS_INIT_METHOD"  # where spawn_local's processes find their rendezvous
 KILL_AFTER_TERM_S = 5.0  # after SIGTERM, how long a child has to clean up before SIGKILL
@@ -155,7 +157,7 @@ def spawn_local(
             received.append(signum)
             children.signal(signum)
 
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = catch_signals(forward)
         try:
             for proc in procs:
                 proc.start()
@@ -186,13 +188,13 @@ def _watch(children: _Children, received: list[int], grace_s: float):
             # A rank killed by a signal: the others may need up to their collective timeout to notice.
             wait_s = grace_s if first.exitcode < 0 else min(grace_s, AFTER_EXIT_GRACE_S)
             deadline = deadline or time.monotonic() + wait_s
-            if not received:
+            if not received and first.exitcode < 0:
                 what = f"{first.name} (pid {first.pid}) {_describe(first.exitcode)}"
                 print(f"local launch: {what}; the other ranks have {wait_s:g} s to stop", file=sys.stderr, flush=True)
         if deadline is not None and time.monotonic() > deadline:
             break
     for proc in children.procs:
-        if proc is not first and proc.exitcode not in (None, 0) and not received:
+        if proc is not first and proc.exitcode is not None and proc.exitcode < 0 and not received:
             print(f"local launch: {proc.name} (pid {proc.pid}) {_describe(proc.exitcode)}", file=sys.stderr)
     return first
 

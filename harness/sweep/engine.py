@@ -20,7 +20,9 @@ Timing methods, named in each row's `timing` field:
 
 Memory: a row that does not fit (harness.sweep.capacity says why) is skipped with the reason, on every
 rank, and the sweep goes on. Every wait for the GPU is bounded by --timeout. Whatever ends the sweep,
-rank 0's outputs keep every row measured so far.
+rank 0's outputs keep every row measured so far. An output that rank 0 can no longer write (a full disk, a
+removed directory, a closed stdout) stops every rank together, after the row in progress: rank 0 raises
+OutputFailed naming it, the others PeerStopped, and no rank is left in a collective the others never reach.
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from harness.common.dist_env import detect
-from harness.common.failures import Interrupted, failure_text, signal_name
+from harness.common.failures import Interrupted, OutputFailed, PeerStopped, failure_text, signal_name
 from harness.common.metrics import algbw_gbps, busbw_factor, busbw_gbps, percentile
 from harness.sweep.capacity import (
     MEMORY_SKIP,
@@ -81,14 +84,36 @@ def _gather(values: list[float], device: torch.device) -> torch.Tensor:
     return torch.stack(parts).cpu()
 
 
-def _agreed_problem(problem: str | None, device: torch.device) -> str | None:
-    """None if no rank has a problem, else the first rank's, the same on every rank."""
+def _first_problem(problem: Any, device: torch.device) -> tuple[int, Any] | None:
+    """None if no rank has a problem, else (rank, problem) of the first rank that has one, the same on every
+    rank. One small all_reduce when none has; the problems are gathered only when one has."""
     if not _all_max(1 if problem else 0, device):
         return None
     problems: list = [None] * dist.get_world_size()
     dist.all_gather_object(problems, problem)
-    rank, text = next((r, p) for r, p in enumerate(problems) if p)
+    return next((r, p) for r, p in enumerate(problems) if p)
+
+
+def _agreed_problem(problem: str | None, device: torch.device) -> str | None:
+    """None if no rank has a problem, else the first rank's, the same on every rank."""
+    first = _first_problem(problem, device)
+    if first is None:
+        return None
+    rank, text = first
     return text if dist.get_world_size() == 1 else f"{text} (rank {rank})"
+
+
+def _stop_if_an_output_failed(out: NullOutput, device: torch.device) -> None:
+    """Stop every rank together once rank 0 cannot write an output: rank 0 raises the OutputFailed naming
+    it, the others PeerStopped with the same words. Called between rows, outside every timed window."""
+    failure = out.failure
+    first = _first_problem((str(failure), failure.broken_pipe) if failure else None, device)
+    if first is None:
+        return
+    if failure is not None:
+        raise failure
+    rank, (text, broken_pipe) = first
+    raise PeerStopped(rank, text, broken_pipe)
 
 
 # ---- the timing loop -----------------------------------------------------------------------------------
@@ -363,6 +388,7 @@ def run_sweep(plan: Plan, device: torch.device | None = None, where: Where | Non
     end = {"status": "failed", "reason": "", "at": ""}
     try:
         out.header(record, preamble)
+        _stop_if_an_output_failed(out, device)
         for name in plan.collectives:
             for mode in plan.modes:
                 for graph in (False, True) if plan.graph_launches else (False,):
@@ -379,16 +405,23 @@ def run_sweep(plan: Plan, device: torch.device | None = None, where: Where | Non
                             if (row["skipped"] or "").startswith(MEMORY_SKIP):
                                 memory_skips.append(row)
                             out.row(row, nccl_tests_type_name(plan.dtype))
+                            _stop_if_an_output_failed(out, device)
                     out.end_table(busbw_factor(name, n))
+                    _stop_if_an_output_failed(out, device)
         end = {"status": "wrong" if wrong else "ok", "reason": "", "at": ""}
     except Interrupted as stop:
         end = {"status": "interrupted", "reason": signal_name(stop.signum), "at": str(where)}
+        raise
+    except (OutputFailed, PeerStopped) as stop:
+        end = {"status": "failed", "reason": str(stop), "at": ""}  # between rows: no row to name
         raise
     except BaseException as err:
         end = {"status": "failed", "reason": failure_text(err), "at": str(where)}
         raise
     finally:
         out.close(end)
+    if out.failure is not None:  # the last writes (the end record, closing the files) failed: say so
+        raise out.failure
     if memory_skips and rank == 0:
         first = memory_skips[0]
         print(f"{PROG}: warning: {len(memory_skips)} rows skipped, from {first['size_bytes']} B: {first['skipped']}",

@@ -3,6 +3,10 @@
 Only rank 0 writes; other ranks get NullOutput, so the sweep never checks the rank. Every row is written
 and flushed as soon as it is measured, so a killed run keeps its rows.
 
+An output that can no longer be written (a full disk, /dev/full, a file or directory removed during the sweep,
+a closed stdout) is never lost without a word: its first failure is kept in `failure` (an OutputFailed naming
+it), nothing more is written to it, and the others go on; the engine then stops the sweep on every rank.
+
 JSON Lines records, each with a `record` key:
     header  versions, devices per rank, world, backend, recorded NCCL/TORCH/CUDA variables, the plan,
             notes on reading the rows, and what each `timing` method means
@@ -17,11 +21,16 @@ harness.common.sweep_fits defines the fit record and reads it back (`load_fits`)
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import os
+import stat
+import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from harness.common.failures import OutputFailed, abandon_writer, silence_stdout
 from harness.common.run_info import json_safe
 from harness.common.sweep_fits import fit_record
 
@@ -57,10 +66,19 @@ class Table:
         self.stream = stream
         self.lines: list[str] = []
         self.pending: dict[int, dict[str, dict]] = {}
+        self.failure: OutputFailed | None = None
+        self.rows = 0  # how many rows the table has shown, for the failure's message
 
     def emit(self, line: str) -> None:
         self.lines.append(line)
-        print(line, file=self.stream, flush=True)
+        if self.failure is not None:
+            return
+        try:
+            print(line, file=self.stream, flush=True)
+        except OSError as err:
+            self.failure = OutputFailed("the table to stdout", err, f"after {self.rows} rows")
+            if self.stream is sys.stdout:
+                silence_stdout()
 
     def begin(self, title: str, mode: str, cuda_graph: bool, placements: list[str]) -> None:
         self.mode, self.graph, self.placements = mode, cuda_graph, placements
@@ -92,6 +110,7 @@ class Table:
             self.emit(unit)
 
     def add(self, row: dict, type_name: str) -> None:
+        self.rows += 1
         if self.mode != "throughput":
             self.emit(self._lead(row, type_name) + f"  {row['placement']:>12}" + self._latency_cells(row))
             return
@@ -140,6 +159,8 @@ class Table:
 class NullOutput:
     """What ranks other than 0 write: nothing."""
 
+    failure: OutputFailed | None = None
+
     def header(self, record: dict, preamble: Iterable[str]) -> None:
         pass
 
@@ -156,18 +177,59 @@ class NullOutput:
         pass
 
 
+class _File:
+    """One output file (--json or --csv), each piece written and flushed at once. The first failure is kept
+    and ends the file's writing: an error, or the file removed (with its directory, perhaps) while open, which
+    on Linux takes every later write without a word."""
+
+    def __init__(self, path: str, option: str):
+        self.name = f"{option} {path!r}"
+        self.handle = open(path, "w", newline="")  # noqa: SIM115 (closed in close())
+        self.pieces = 0  # rows written, for the failure's message
+        self.failure: OutputFailed | None = None
+
+    def write(self, text: str, row: bool = False) -> None:
+        if self.failure is not None:
+            return
+        try:
+            self.handle.write(text)
+            self.handle.flush()
+        except OSError as err:
+            self.failure = OutputFailed(self.name, err, f"after {self.pieces} rows")
+            return
+        info = os.fstat(self.handle.fileno())
+        if stat.S_ISREG(info.st_mode) and info.st_nlink == 0:
+            self.failure = OutputFailed(self.name, "it was removed during the sweep, with the rows in it")
+        self.pieces += row
+
+    def close(self) -> None:
+        try:
+            self.handle.close()
+        except OSError as err:  # the last flush: what was pending is lost, and the file says so
+            self.failure = self.failure or OutputFailed(self.name, err, f"after {self.pieces} rows")
+
+
+def _csv_line(values: dict | None = None) -> str:
+    """One CSV line of ROW_FIELDS (the header without `values`), as text for _File."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, ROW_FIELDS, extrasaction="ignore")
+    if values is None:
+        writer.writeheader()
+    else:
+        writer.writerow(values)
+    return buffer.getvalue()
+
+
 class SweepOutput(NullOutput):
     """Rank 0's outputs: the table on `stream`, and JSON Lines, CSV and TensorBoard where asked for."""
 
     def __init__(self, json_path: str | None, csv_path: str | None, logdir: str | None, log2_x: bool, stream: TextIO):
         self.table = Table(stream)
         self.stream = stream
-        self.jsonl = open(json_path, "w") if json_path else None  # noqa: SIM115 (closed in close())
-        self.csv_file = open(csv_path, "w", newline="") if csv_path else None  # noqa: SIM115
-        self.csv = csv.DictWriter(self.csv_file, ROW_FIELDS, extrasaction="ignore") if self.csv_file else None
+        self.jsonl = _File(json_path, "--json") if json_path else None
+        self.csv = _File(csv_path, "--csv") if csv_path else None
         if self.csv:
-            self.csv.writeheader()
-            self.csv_file.flush()
+            self.csv.write(_csv_line())
         self.tb = _TensorBoard(logdir, log2_x) if logdir else None
         self.rows: list[dict] = []
         self.rows_written = 0
@@ -175,10 +237,15 @@ class SweepOutput(NullOutput):
         self.failed_rows = 0
         self.busbw_sum, self.busbw_count = 0.0, 0
 
+    @property
+    def failure(self) -> OutputFailed | None:
+        """The first output that could not be written, if any (the engine then stops the sweep)."""
+        outputs = (self.jsonl, self.csv, self.tb, self.table)
+        return next((out.failure for out in outputs if out is not None and out.failure is not None), None)
+
     def _json(self, record: dict) -> None:
         if self.jsonl:
-            self.jsonl.write(json.dumps(json_safe(record)) + "\n")
-            self.jsonl.flush()
+            self.jsonl.write(json.dumps(json_safe(record)) + "\n", row=record["record"] == "row")
 
     def header(self, record: dict, preamble: Iterable[str]) -> None:
         self._json(record)
@@ -198,8 +265,7 @@ class SweepOutput(NullOutput):
         self.type_name = type_name
         self._json({"record": "row", **row})
         if self.csv:
-            self.csv.writerow(json_safe(row))
-            self.csv_file.flush()
+            self.csv.write(_csv_line(json_safe(row)), row=True)
         if self.tb:
             self.tb.row(row)
         self.table.add(row, type_name)
@@ -236,14 +302,16 @@ class SweepOutput(NullOutput):
         if end is not None:
             self._json({"record": "end", **end, "rows": self.rows_written})
             if end.get("status") in ("failed", "interrupted"):
-                self.table.emit(f"# Sweep {end['status']} ({end.get('reason', '')}) at {end.get('at', '')}: "
-                                f"{self.rows_written} rows written")  # fmt: skip
+                at = f" at {end['at']}" if end.get("at") else ""
+                self.table.emit(
+                    f"# Sweep {end['status']} ({end.get('reason', '')}){at}: {self.rows_written} rows written"
+                )
         if self.tb:
             self.tb.text("raw_sweep/table", "    " + "\n    ".join(self.table.lines))
             self.tb.close()
-        for handle in (self.jsonl, self.csv_file):
-            if handle:
-                handle.close()
+        for output in (self.jsonl, self.csv):
+            if output:
+                output.close()
 
 
 class _TensorBoard:
@@ -254,7 +322,10 @@ class _TensorBoard:
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(logdir)
+        self.name = f"--logdir {logdir!r}"
         self.log2_x = log2_x
+        self.rows = 0  # rows written, for the failure's message
+        self.failure: OutputFailed | None = None
         axis = "log2(size in bytes)" if log2_x else "size in bytes"
         self.text("raw_sweep/x_axis", f"x axis of every raw_sweep chart: {axis}")
 
@@ -264,13 +335,27 @@ class _TensorBoard:
         step = round(math.log2(row["size_bytes"])) if self.log2_x else row["size_bytes"]
         variant = row["mode"] + ("_graph" if row["cuda_graph"] else "")
         prefix = f"raw_sweep/{row['collective']}/{variant}/{row['placement']}"
-        self.writer.add_scalar(f"{prefix}/time_us", row["time_us"], step)
-        if math.isfinite(row["busbw_gbps"]):
-            self.writer.add_scalar(f"{prefix}/busbw_gbps", row["busbw_gbps"], step)
-        self.writer.flush()
+
+        def write() -> None:
+            self.writer.add_scalar(f"{prefix}/time_us", row["time_us"], step)
+            if math.isfinite(row["busbw_gbps"]):
+                self.writer.add_scalar(f"{prefix}/busbw_gbps", row["busbw_gbps"], step)
+            self.writer.flush()  # raises what the writer's thread met since the last row
+
+        self._guarded(write)
+        self.rows += 1
 
     def text(self, tag: str, text: str) -> None:
-        self.writer.add_text(tag, text)
+        self._guarded(lambda: self.writer.add_text(tag, text))
 
     def close(self) -> None:
-        self.writer.close()
+        self._guarded(self.writer.close)
+
+    def _guarded(self, write) -> None:
+        if self.failure is not None:
+            return
+        try:
+            write()
+        except OSError as err:
+            self.failure = OutputFailed(self.name, err, f"after {self.rows} rows")
+            abandon_writer(self.writer)

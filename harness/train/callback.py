@@ -13,19 +13,31 @@ what was running (`activity()`: the phase, or the step and the gradient all_redu
 and size, worded by failure_naming.py), keeps every finished step, and rank 0 writes summary.json with
 "completed": false and that reason, and flushes the events. Rank 0 also rewrites a partial summary.json every
 SUMMARY_EVERY_S while training, so a run killed outright (SIGKILL, NCCL's watchdog abort) still leaves one behind.
+
+An output rank 0 can no longer write (the events or summary.json, on a full disk or in a removed directory)
+stops the run: OutputFailed names it, rank 0 announces it to the other ranks (whose collectives then fail,
+and who say they stopped because of it), keeps what it still can, and stops writing to what failed.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
 
-from harness.common.failures import failure_text
+from harness.common.failures import (
+    Interrupted,
+    OutputFailed,
+    abandon_writer,
+    announce_stop,
+    announced_stop,
+    failure_text,
+)
 from harness.train import summary as run_summary
 from harness.train.calibration import Calibration, zero_gradients
 from harness.train.failure_naming import step_activity, stop_reason
@@ -83,7 +95,9 @@ class CommTimingCallback(pl.Callback):
         self.ranks: list[dict[str, Any]] = []  # every rank's host and pid, when train_rank gathered them
         self.stop_reason = ""  # why the run stopped early, as on_exception found it
         self.signal_before_failure: int | None = None  # set by train_rank when a signal preceded an error
-        self.summary_path: str | None = None
+        self.summary_path: str | None = None  # the last summary.json written (rank 0)
+        self.keep_failure = ""  # why what was measured could not be kept, when it could not
+        self._stopping = False  # in on_exception: an output that fails now must not stop the keeping
         self.buffer_bytes = 0  # what DDP broadcasts from rank 0 before every forward (BatchNorm statistics)
 
     # -- what is running ----------------------------------------------------------------------------
@@ -189,7 +203,9 @@ class CommTimingCallback(pl.Callback):
             self.gathers += 1
             self.last_spread = spread
         if self._step_log is not None:
-            self._step_log.write(stats, resolved.timings, spread, measured=not (stats.warmup or calibrating))
+            self._write_events(
+                lambda: self._step_log.write(stats, resolved.timings, spread, not (stats.warmup or calibrating))
+            )
             if not self.finished and time.monotonic() - self._last_summary_s > SUMMARY_EVERY_S:
                 self._last_summary_s = time.monotonic()
                 reason = (
@@ -207,17 +223,63 @@ class CommTimingCallback(pl.Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         # Name what was running before anything is resolved, then keep what was measured: resolve the steps
         # that finished and write a summary marked unfinished.
-        activity = self.activity(exception)
-        self.stop_reason = stop_reason(exception, activity, trainer.global_rank, self.signal_before_failure)
+        rank = trainer.global_rank
+        if isinstance(exception, OutputFailed):
+            self.stop_reason = f"rank {rank}: {exception}"
+            announce_stop(rank, str(exception))  # before this rank's exit breaks the others' collectives
+        else:
+            # A collective that failed because a peer stopped on its own (its outputs): say so, not which
+            # collective this rank happened to be in.
+            peer = None if isinstance(exception, Interrupted) else announced_stop(self._position())
+            activity = self.activity(exception)
+            self.stop_reason = (
+                f"rank {rank}: {peer}" if peer else stop_reason(exception, activity, rank, self.signal_before_failure)
+            )
         if self.state is None or self._final_summary_written:
             return
+        self._stopping = True
         try:
             if not self.finished:
                 self._finish(trainer, completed=False, reason=self.stop_reason)
             elif trainer.is_global_zero:  # it failed while finishing: what was aggregated still counts
                 self._write_summary(trainer, completed=False, reason=self.stop_reason)
-        except Exception as err:  # reported, but the error that stopped the run stays the one raised
-            print(f"rank {trainer.global_rank}: could not keep the partial results: {failure_text(err)}", flush=True)
+        except OutputFailed as err:  # part of the one line that reports the run (harness.train.rank)
+            self.keep_failure = f"summary.json: {err.why}"  # the only output written while keeping
+        except Exception as err:
+            self.keep_failure = failure_text(err)
+
+    def kept_note(self) -> str:
+        """Where what was measured is, or why it is not, for the end of the line that reports a run stopped
+        early; empty on ranks that keep nothing (all but rank 0)."""
+        if self.keep_failure:
+            earlier = f"; {self.summary_path} holds an earlier partial summary" if self._summary_exists() else ""
+            return f"; what was measured could not be kept: {self.keep_failure}{earlier}"
+        if self.summary_path:
+            return f"; what was measured is in {self.summary_path} (completed: false)"
+        return ""
+
+    def _summary_exists(self) -> bool:
+        return self.summary_path is not None and Path(self.summary_path).is_file()
+
+    def _position(self) -> str:
+        """Where the run is, in a few words: the step, or the phase before training."""
+        return f"step {self._current_step}" if self.phase == "step" else self.phase
+
+    def _run_dir(self) -> str:
+        trainer = self._trainer
+        return trainer.logger.log_dir if trainer is not None and trainer.logger is not None else "."
+
+    def _write_events(self, write) -> None:
+        """Run `write` (to rank 0's TensorBoard writer); an OSError there (the writer's thread raises what it met
+        since, a full disk or a removed directory) becomes OutputFailed, and nothing more is written there."""
+        try:
+            write()
+        except OSError as err:
+            writer, self._step_log = self._step_log.writer, None
+            abandon_writer(writer)
+            if not self._stopping:  # while keeping what was measured, the summary still counts
+                events = f"the TensorBoard events in {self._run_dir()!r}"
+                raise OutputFailed(events, err, f"at {self._position()}") from None
 
     def _finish(self, trainer: pl.Trainer, completed: bool, reason: str = "") -> None:
         self.finished = True
@@ -254,16 +316,24 @@ class CommTimingCallback(pl.Callback):
         )
         if self.ranks:
             summary["ranks"] = self.ranks
-        log_dir = trainer.logger.log_dir if trainer.logger is not None else "."
-        self.summary_path = str(run_summary.write_summary(summary, log_dir))
+        log_dir = self._run_dir()
+        try:
+            self.summary_path = str(run_summary.write_summary(summary, log_dir))
+        except OSError as err:
+            raise OutputFailed(f"summary.json in {log_dir!r}", err, f"at {self._position()}") from None
         if not final:
             return
         if completed:
             print(run_summary.format_table(summary), flush=True)
         if self._step_log is not None:
-            self._step_log.write_layout()
-            run_summary.log_hparams(trainer.logger, summary)
-            self._step_log.writer.flush()
+            step_log = self._step_log
+
+            def write() -> None:
+                step_log.write_layout()
+                run_summary.log_hparams(trainer.logger, summary)
+                step_log.writer.flush()
+
+            self._write_events(write)
         self._final_summary_written = True
 
     # -- progress bar -------------------------------------------------------------------------------

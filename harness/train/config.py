@@ -181,14 +181,47 @@ class TrainConfig:
         return asdict(self)
 
 
-# Without a launcher, train.py starts the ranks, which inherit its environment: the run's version (its
-# sub-directory under --logdir/<run name>) is fixed once, by that process, and shared through this variable.
+# The run's version: its directory under --logdir/<run name>, named by its start time. It is fixed once, by
+# the process that starts the ranks (train.py without a launcher) or by rank 0 under torchrun and SLURM, and
+# shared through this variable: spawned ranks inherit it, and under a launcher the other ranks take rank 0's
+# when the ranks first meet (harness.train.rank). Set it yourself and the run uses that name as it is.
 RUN_VERSION_ENV = "COMMBENCH_RUN_VERSION"
+MAX_VERSION_SUFFIX = 1000  # runs of one name started in one second; beyond this, something else is wrong
+
+
+def _start_stamp() -> str:
+    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
 def run_version() -> str:
-    """The run's version (its start time), fixed in the environment by the first process that asks."""
-    return os.environ.setdefault(RUN_VERSION_ENV, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    """The run's version: the one fixed for this run if there is one, else this process's start time."""
+    return os.environ.setdefault(RUN_VERSION_ENV, _start_stamp())
+
+
+def claim_run_version(run_dir: str | os.PathLike, stamp: str | None = None) -> str:
+    """Create the run's version directory under `run_dir` (--logdir/<run name>) and fix its name for this
+    run (RUN_VERSION_ENV): the start time (or `stamp`), then -2, -3, ... while another run holds the name.
+    os.mkdir fails on an existing directory, atomically, so two runs started in the same second can never
+    both have one: each keeps its own summary.json. A version already fixed is used as it is."""
+    root = Path(run_dir)
+    fixed = os.environ.get(RUN_VERSION_ENV)
+    try:
+        if fixed:
+            (root / fixed).mkdir(parents=True, exist_ok=True)
+            return fixed
+        root.mkdir(parents=True, exist_ok=True)
+        base = stamp or _start_stamp()
+        for n in range(1, MAX_VERSION_SUFFIX + 1):
+            version = base if n == 1 else f"{base}-{n}"
+            try:
+                (root / version).mkdir()
+            except FileExistsError:
+                continue
+            os.environ[RUN_VERSION_ENV] = version
+            return version
+    except OSError as err:
+        raise UsageError(f"--logdir: cannot create the run directory in {str(root)!r}: {err.strerror}") from None
+    raise UsageError(f"--logdir: {MAX_VERSION_SUFFIX} runs named {root.name!r} started at {base}; give --run-name")
 
 
 def default_run_name(cfg: TrainConfig) -> str:

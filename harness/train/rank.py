@@ -11,12 +11,15 @@ Here, per rank:
   raises; on NCCL the watchdog aborts the process, TORCH_NCCL_ASYNC_ERROR_HANDLING=3 unless set).
 - A collective that fails or times out (a peer died or hangs) ends the run with one line naming the rank,
   the step and what was running: the gradient all_reduce of bucket i with its size, a rank gather, a set-up
-  phase. Rank 0 writes summary.json with "completed": false and that reason, and flushes its events. The
-  rank exits EXIT_FAILED; under torchrun the line also goes to the error file that its failure report reads.
-- SIGINT and SIGTERM stop the run at the next step boundary (at once before training starts), with the
-  same partial summary, and the rank exits 128 + the signal (130, 143). Lightning's own SIGTERM handling,
-  which issues a collective inside the signal handler and a broadcast at every step, is switched off
-  (harness.train.trainer): every rank receives the signal itself from its launcher.
+  phase. Rank 0 writes summary.json with "completed": false and that reason, and flushes its events; its
+  line ends with where that summary is (or why it could not be written). The rank exits EXIT_FAILED; under
+  torchrun the line also goes to the error file that its failure report reads.
+- An output rank 0 can no longer write (events or summary.json: a full disk, a removed directory) ends the
+  run the same way, its line naming the output; the other ranks' lines say they stopped because of it.
+- SIGINT, SIGTERM and SIGHUP stop the run at the next step boundary (at once before training starts), with
+  the same partial summary, and the rank exits 128 + the signal (130, 143, 129). Lightning's own SIGTERM
+  handling, which issues a collective inside the signal handler and a broadcast at every step, is switched
+  off (harness.train.trainer): every rank receives the signal itself from its launcher.
 """
 
 from __future__ import annotations
@@ -29,11 +32,11 @@ import lightning.pytorch as pl
 import torch.distributed as dist
 
 from harness.common import dist_env
-from harness.common.failures import Interrupted, SignalLatch, report_failure, signal_name
+from harness.common.failures import Interrupted, SignalLatch, quiet_writer_threads, report_failure, signal_name
 from harness.common.local_launch import exit_with, join_process_group
 from harness.common.names import EXIT_FAILED
 from harness.train.callback import CommTimingCallback
-from harness.train.config import TrainConfig
+from harness.train.config import RUN_VERSION_ENV, TrainConfig, run_version
 from harness.train.failure_naming import stop_reason
 from harness.train.module import make_dataloader
 from harness.train.trainer import build_trainer, prepare_process_env
@@ -42,7 +45,7 @@ PROG = "train.py"
 
 
 class TrainSignals(SignalLatch, pl.Callback):
-    """SIGINT and SIGTERM: before training starts they raise Interrupted at once; during training they are
+    """SIGINT, SIGTERM and SIGHUP: before training starts they raise Interrupted at once; during training they are
     remembered and raise Interrupted at the next step boundary, where no collective is half done and the
     other ranks (which got the signal too) stop alike. Later signals are only remembered."""
 
@@ -73,7 +76,9 @@ class TrainSignals(SignalLatch, pl.Callback):
 
 class RankRoll(pl.Callback):
     """Once the process group is up: every rank's host and pid, printed by rank 0 and kept for the summary
-    (which process to look at when one fails)."""
+    (which process to look at when one fails). Every rank also takes rank 0's run version: under torchrun or
+    SLURM rank 0 claimed the run's directory (harness.train.config.claim_run_version), and the others, which
+    write nothing there, only guessed it from their own clock."""
 
     def __init__(self) -> None:
         self.timing: CommTimingCallback | None = None
@@ -81,9 +86,12 @@ class RankRoll(pl.Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         env = dist_env.detect()
         mine = {"rank": trainer.global_rank, "node_rank": env.node_rank, "host": socket.gethostname()}
-        mine |= {"pid": os.getpid(), "device": str(pl_module.device)}
+        mine |= {"pid": os.getpid(), "device": str(pl_module.device), "version": run_version()}
         everyone: list = [None] * trainer.world_size
         dist.all_gather_object(everyone, mine)
+        os.environ[RUN_VERSION_ENV] = everyone[0]["version"]
+        for entry in everyone:
+            del entry["version"]
         if self.timing is not None:
             self.timing.ranks = everyone
         if trainer.is_global_zero:
@@ -103,6 +111,7 @@ def run_rank(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None)
     """Train as one rank; returns the exit code: 0, EXIT_FAILED (one line on stderr says what failed where)
     or 128 + N for signal N. `extra_callbacks` run before the timing callback (benchmarks, tests)."""
     signals = TrainSignals().install()
+    quiet_writer_threads()
     rank = dist_env.detect().rank
     timing: CommTimingCallback | None = None
     phase = "rendezvous"
@@ -126,18 +135,18 @@ def run_rank(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None)
             signals.before_failure = signals.received
     signals.armed = False
     reason = timing.stop_reason if timing is not None and timing.stop_reason else ""
+    # One line per rank: why it stopped, and on rank 0 where what was measured is kept (or why it is not).
+    kept = timing.kept_note() if timing is not None else ""
     if failure is not None:  # reported even if a launcher's SIGTERM came since: the failure says more
         reason = reason or stop_reason(failure, phase, rank, signals.before_failure)
         code = EXIT_FAILED if signals.before_failure is None else 128 + signals.before_failure
-        report_failure(PROG, reason)
+        report_failure(PROG, reason + kept)
     elif signals.received is not None:
         code = 128 + signals.received
         name = signal_name(signals.received)
         reason = reason or f"rank {rank}: interrupted by {name} at {phase}"
         if rank == 0:
-            print(f"{PROG}: {reason}", file=sys.stderr, flush=True)
-    if timing is not None and code != 0 and timing.summary_path:
-        print(f"{PROG}: rank {rank}: what was measured is in {timing.summary_path} (completed: false)", file=sys.stderr)
+            print(f"{PROG}: {reason}{kept}", file=sys.stderr, flush=True)
     if dist.is_initialized():
         dist.destroy_process_group()
     signals.restore()

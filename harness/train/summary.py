@@ -123,12 +123,17 @@ def ddp_logging(ddp_model: Any) -> dict[str, Any]:
 
 
 def write_summary(summary: dict[str, Any], log_dir: str | os.PathLike) -> Path:
-    """Write summary.json atomically (a reader never sees half a file)."""
+    """Write summary.json atomically: a reader never sees half a file, and one that cannot be written whole
+    (a full disk) leaves the previous one as it was. The run's directory must exist: one removed during the
+    run is not made again behind the user's back (the failure says what could not be kept)."""
     path = Path(log_dir) / SUMMARY_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(json_safe(summary), indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(json_safe(summary), indent=2, sort_keys=False) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # half a file, on a full disk
+        raise
     return path
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
@@ -16,7 +17,7 @@ from lightning.pytorch.strategies import DDPStrategy
 
 from harness.common import dist_env
 from harness.train.callback import CommTimingCallback
-from harness.train.config import TrainConfig, run_version
+from harness.train.config import TrainConfig, claim_run_version, run_version
 from harness.train.module import CommBenchModule, make_dataloader
 from harness.train.progress_bar import CommProgressBar
 from models import get_model_spec
@@ -43,7 +44,10 @@ def prepare_process_env(cfg: TrainConfig) -> None:
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         # One process per core share on CPU: more threads than cores makes ranks starve each other.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, cfg.devices)))
-    run_version()
+    if dist_env.detect().rank == 0:  # the one rank that writes into the run's directory claims it
+        claim_run_version(Path(cfg.logdir) / cfg.run_name)
+    else:
+        run_version()
 
 
 def build_trainer(
