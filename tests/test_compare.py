@@ -19,6 +19,7 @@ from harness.analysis.comparison import build_rows, change_pct, change_pt, measu
 from harness.analysis.comparison_tables import format_csv, format_markdown, format_text
 from harness.analysis.runs import RunData, load_runs
 from harness.common.cli import UsageError, run_cli
+from tests.test_hostile_inputs import summary, usage_error, write_run
 from tests.train_runs import train_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -283,8 +284,8 @@ def test_real_runs_deltas_match_their_summaries(real_runs):
     records = {r["run"]: r for r in csv.DictReader(io.StringIO((out / "c.csv").read_text()))}
     assert set(records) == set(names.values())
     base_totals = summaries["bucket0.5"]["totals"]
-    for name, summary in summaries.items():
-        record, totals = records[names[name]], summary["totals"]
+    for name, run_summary in summaries.items():
+        record, totals = records[names[name]], run_summary["totals"]
         assert record["baseline"] == str(name == "bucket0.5") and record["complete"] == "True"
         assert record["world_size"] == "2" and record["backend"] == "gloo" and record["model"] == "resnet_tiny"
         for key in (*PCT_METRICS, "overlap_pct", "busbw_gbps"):
@@ -392,3 +393,40 @@ def test_cli_unknown_and_ambiguous_baseline(real_runs):
     assert_one_line_usage_error(proc, "--baseline 'nosuchrun' matches no run", *names)
     proc = run_compare(str(logdir), "--baseline", "/", cwd=logdir.parent)
     assert_one_line_usage_error(proc, "ambiguous", *names)
+
+
+# -- outputs: never lost or mixed (more hostile cases: tests/test_hostile_inputs.py) -------------------------
+
+
+def test_compare_output_mistakes(tmp_path, capsys):
+    run_dir = write_run(tmp_path / "runs", "r", summary())
+    runs = str(tmp_path / "runs")
+    out = str(tmp_path / "cmp.txt")
+    usage_error(compare.main, compare.PROG, [runs, "--markdown", out, "--csv", out], capsys,
+                f"--markdown and --csv are one file ('{out}')")  # fmt: skip
+    # The same file through another spelling, and through a symbolic link.
+    (tmp_path / "alias.txt").symlink_to(out)
+    usage_error(compare.main, compare.PROG, [runs, "--markdown", out, "--csv", str(tmp_path / "alias.txt")], capsys,
+                "are one file")  # fmt: skip
+    usage_error(compare.main, compare.PROG, [runs, "--csv", str(tmp_path / ".." / tmp_path.name / "cmp.txt"),
+                "--markdown", out], capsys, "are one file")  # fmt: skip
+    # An output over a file the comparison reads would destroy the run.
+    line = usage_error(compare.main, compare.PROG, [runs, "--csv", str(run_dir / "summary.json")], capsys,
+                       "--csv", "is an input file")  # fmt: skip
+    assert json.loads((run_dir / "summary.json").read_text())["completed"] is True, line
+    usage_error(compare.main, compare.PROG, [runs, "--csv", str(tmp_path)], capsys, "--csv", "is a directory")
+    if Path("/dev/full").exists():  # every write fails with ENOSPC: a full disk
+        usage_error(compare.main, compare.PROG, [runs, "--markdown", "/dev/full"], capsys, "--markdown", "/dev/full")
+
+
+def test_compare_into_a_closed_pipe_is_quiet_and_keeps_its_files(tmp_path):
+    root = tmp_path / "runs"
+    for i in range(400):  # about 90 kB of table: more than a pipe holds, so the writer meets the closed end
+        write_run(root, f"run{i:03d}", summary(step_ms=40.0 + i))
+    csv_path = tmp_path / "c.csv"
+    cmd = f'{sys.executable} -m harness.compare {root} --csv {csv_path} | head -1; echo "rc=${{PIPESTATUS[0]}}"'
+    proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env={**train_env(), "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.stdout.splitlines()[0].startswith("run  ") and proc.stdout.splitlines()[-1] == "rc=141", proc.stdout
+    assert proc.stderr == "", proc.stderr
+    assert len(csv_path.read_text().splitlines()) == 401, "written before the table: head loses nothing"

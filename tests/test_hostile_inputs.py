@@ -1,5 +1,6 @@
 """compare and predict fed as a hostile user would: files of the wrong shape, FIFOs, devices, link loops, killed
-runs, fits that cannot describe a network, outputs that collide or cannot be written, a reader that goes away.
+runs; the helpers that build such files, which tests/test_predict.py (summaries and fits that predict must
+refuse, flags, outputs) and tests/test_compare.py (outputs, a closed pipe) share.
 
 Every case is a real file on disk (or a real FIFO, link or pipe); none is mocked. What is asserted: one line
 naming the file, the field and what was expected, exit 2 (predict; compare where nothing is left to compare);
@@ -22,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from harness import compare as compare_cli
-from harness import predict as predict_cli
 from harness.analysis.comparison import build_rows
 from harness.analysis.runs import load_runs
 from harness.common.cli import run_cli
@@ -36,47 +36,20 @@ UNREADABLE = Path("/proc/sys/vm/drop_caches")  # write-only even for root: open(
 
 def summary(step_ms: float = 40.0, comm_ms: float = 20.0, bucket_bytes: int = 4_000_000) -> dict:
     """A complete summary.json as train.py writes it: 2 ranks, one all_reduce bucket of `bucket_bytes`."""
+    # fmt: off
     return {
-        "completed": True,
-        "reason": "",
-        "settings": {
-            "model": "resnet_tiny",
-            "batch_size": 4,
-            "bucket_cap_mb": None,
-            "comm_hook": "allreduce",
-            "precision": "32-true",
-            "accumulate_grad_batches": 1,
-        },
-        "world_size": 2,
-        "backend": "gloo",
-        "sample_unit": "image",
-        "totals": {
-            "steps_measured": 5,
-            "bytes_per_step": bucket_bytes,
-            "step_ms_p50": step_ms,
-            "samples_per_s_p50": 8000 / step_ms,
-            "comm_ms_p50": comm_ms,
-            "exposed_ms_p50": 2.0,
-            "overlap_pct_p50": 90.0,
-            "busbw_gbps_p50": bucket_bytes / comm_ms / 1e6,
-            "compute_only_ms": 30.0,
-            "fwd_bwd_ms_p50": 35.0,
-        },
-        "buckets": [
-            {
-                "index": 0,
-                "num_params": 3,
-                "numel": bucket_bytes // 4,
-                "bytes": bucket_bytes,
-                "first_param": "fc.bias",
-                "last_param": "conv.weight",
-                "time_ms_p50": comm_ms,
-                "time_ms_p90": comm_ms,
-                "busbw_gbps_p50": 0.2,
-                "time_source": "ready_to_done",
-            }
-        ],
+        "completed": True, "reason": "", "world_size": 2, "backend": "gloo", "sample_unit": "image",
+        "settings": {"model": "resnet_tiny", "batch_size": 4, "bucket_cap_mb": None, "comm_hook": "allreduce",
+                     "precision": "32-true", "accumulate_grad_batches": 1},
+        "totals": {"steps_measured": 5, "bytes_per_step": bucket_bytes, "step_ms_p50": step_ms,
+                   "samples_per_s_p50": 8000 / step_ms, "comm_ms_p50": comm_ms, "exposed_ms_p50": 2.0,
+                   "overlap_pct_p50": 90.0, "busbw_gbps_p50": bucket_bytes / comm_ms / 1e6,
+                   "compute_only_ms": 30.0, "fwd_bwd_ms_p50": 35.0},
+        "buckets": [{"index": 0, "num_params": 3, "numel": bucket_bytes // 4, "bytes": bucket_bytes,
+                     "first_param": "fc.bias", "last_param": "conv.weight", "time_ms_p50": comm_ms,
+                     "time_ms_p90": comm_ms, "busbw_gbps_p50": 0.2, "time_source": "ready_to_done"}],
     }
+    # fmt: on
 
 
 def write_run(root: Path, name: str, content: str | bytes | dict | list) -> Path:
@@ -114,17 +87,6 @@ def run_tool(module: str, *args: str, cwd: Path, timeout: float = 60) -> subproc
         text=True,
         timeout=timeout,  # a FIFO opened by mistake blocks forever: the timeout turns that into a failure
     )
-
-
-def one_line_error(proc: subprocess.CompletedProcess, prog: str, *fragments: str) -> str:
-    """The single error line of a refused command, after checking its shape and fragments."""
-    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 def in_process(main, prog: str, args: list[str], capsys) -> tuple[int, str, str]:
@@ -189,6 +151,10 @@ def make_hostile_runs(root: Path) -> dict[str, list[str]]:
     for name, (content, fragments) in DAMAGED.items():
         write_run(root, name, content)
         expected[name] = [f"{name}/v0/summary.json", *fragments]
+    huge = write_run(root, "huge-file", summary()) / "summary.json"
+    with open(huge, "r+b") as handle:  # sparse: 100 MiB on the file system, nothing on the disk
+        handle.truncate(100 * 2**20)
+    expected["huge-file"] = ["huge-file/v0/summary.json is larger than 64 MiB; expected a JSON file of a few kB"]
     # Not regular files: opening any of them would hang (FIFO), never end (/dev/zero) or fail (a directory).
     fifo = root / "fifo-summary" / "v0"
     fifo.mkdir(parents=True)
@@ -286,14 +252,27 @@ def test_compare_default_baseline_is_the_first_run_with_numbers(tmp_path):
 
 def test_compare_finds_a_run_nested_1200_directories_deep(tmp_path, capsys):
     """Python 3.11's os.walk recurses and would end in a RecursionError here."""
-    deep = tmp_path / "runs"
-    deep.mkdir()
+    levels = [tmp_path / "runs"]
     for _ in range(1200):  # one level at a time: pathlib's and os's makedirs recurse too
-        deep = deep / "d"
-        deep.mkdir()
-    (deep / "summary.json").write_text(json.dumps(summary()))
-    code, out, err = in_process(compare_cli.main, COMPARE, [str(tmp_path / "runs")], capsys)
-    assert code == 0 and err == "" and out.splitlines()[1].startswith("d/d/d/")
+        levels.append(levels[-1] / "d")
+    try:
+        for level in levels:
+            level.mkdir()
+        (levels[-1] / "summary.json").write_text(json.dumps(summary()))
+        code, out, err = in_process(compare_cli.main, COMPARE, [str(levels[0])], capsys)
+        assert code == 0 and err == "" and out.splitlines()[1].startswith("d/d/d/")
+    finally:  # removed here, bottom up: pytest's own clean-up of old temporary trees (rmtree) recurses
+        (levels[-1] / "summary.json").unlink(missing_ok=True)
+        for level in reversed(levels):
+            if level.exists():
+                level.rmdir()
+
+
+def test_compare_reads_a_summary_with_a_byte_order_mark(tmp_path):
+    """An editor that saves UTF-8 with a BOM has not damaged the file."""
+    write_run(tmp_path / "runs", "bom", b"\xef\xbb\xbf" + json.dumps(summary()).encode())
+    (row,) = build_rows(load_runs([str(tmp_path / "runs")]))
+    assert row.complete and row.values["step_ms"] == 40.0 and row.note == ""
 
 
 def test_compare_huge_but_finite_numbers_stay_readable(tmp_path, capsys):
@@ -351,40 +330,6 @@ def test_compare_never_opens_a_fifo(tmp_path):
     assert (
         "fifos-only/v0/summary.json is a FIFO" in proc.stdout and "fifos-only/v0/events.out.tfevents.y" in proc.stdout
     )
-
-
-def test_compare_output_mistakes(tmp_path, capsys):
-    run_dir = write_run(tmp_path / "runs", "r", summary())
-    runs = str(tmp_path / "runs")
-    out = str(tmp_path / "cmp.txt")
-    usage_error(compare_cli.main, COMPARE, [runs, "--markdown", out, "--csv", out], capsys,
-                f"--markdown and --csv are one file ('{out}')")  # fmt: skip
-    # The same file through another spelling, and through a symbolic link.
-    (tmp_path / "alias.txt").symlink_to(out)
-    usage_error(compare_cli.main, COMPARE, [runs, "--markdown", out, "--csv", str(tmp_path / "alias.txt")], capsys,
-                "are one file")  # fmt: skip
-    usage_error(compare_cli.main, COMPARE, [runs, "--csv", str(tmp_path / ".." / tmp_path.name / "cmp.txt"),
-                "--markdown", out], capsys, "are one file")  # fmt: skip
-    # An output over a file the comparison reads would destroy the run.
-    line = usage_error(compare_cli.main, COMPARE, [runs, "--csv", str(run_dir / "summary.json")], capsys,
-                       "--csv", "is an input file")  # fmt: skip
-    assert json.loads((run_dir / "summary.json").read_text())["completed"] is True, line
-    usage_error(compare_cli.main, COMPARE, [runs, "--csv", str(tmp_path)], capsys, "--csv", "is a directory")
-    if Path("/dev/full").exists():  # every write fails with ENOSPC: a full disk
-        usage_error(compare_cli.main, COMPARE, [runs, "--markdown", "/dev/full"], capsys, "--markdown", "/dev/full")
-
-
-def test_compare_into_a_closed_pipe_is_quiet_and_keeps_its_files(tmp_path):
-    root = tmp_path / "runs"
-    for i in range(400):  # about 90 kB of table: more than a pipe holds, so the writer meets the closed end
-        write_run(root, f"run{i:03d}", summary(step_ms=40.0 + i))
-    csv_path = tmp_path / "c.csv"
-    cmd = f'{sys.executable} -m harness.compare {root} --csv {csv_path} | head -1; echo "rc=${{PIPESTATUS[0]}}"'
-    proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env={**train_env(), "PYTHONPATH": str(REPO)},
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert proc.stdout.splitlines()[0].startswith("run  ") and proc.stdout.splitlines()[-1] == "rc=141", proc.stdout
-    assert proc.stderr == "", proc.stderr
-    assert len(csv_path.read_text().splitlines()) == 401, "written before the table: head loses nothing"
 
 
 # -- a run killed before its summary.json: the same steps as summary.json -------------------------------------
@@ -463,46 +408,18 @@ def test_a_real_run_killed_early_is_read_from_its_events(tmp_path):
     assert record["world_size"] == "2"
 
 
-# -- predict: summaries, sweeps, fits and flags ---------------------------------------------------------------
+# -- predict: files that are not regular files (files of the wrong shape: tests/test_predict.py) ------------
 
 
-def fit_line(**changes) -> str:
-    """One fit record of a 2-rank sweep over 1 KiB..256 MiB, as harness.raw_sweep writes it, with `changes`."""
-    fit = {"record": "fit", "collective": "all_reduce", "placement": "in_place", "mode": "throughput",
-           "cuda_graph": False, "dtype": "float32", "world_size": 2, "nodes": 1, "backend": "gloo",
-           "alpha_us": 30.0, "beta_gbps": 1.0, "beta_busbw_gbps": 1.0, "max_rel_error": 0.05, "points": 19,
-           "min_size_bytes": 1024, "max_size_bytes": 2**28}  # fmt: skip
-    fit.update(changes)
-    return json.dumps({k: v for k, v in fit.items() if v != "DROP"})
-
-
-def write_lines(path: Path, *lines: str) -> str:
-    """A sweep's JSON Lines: a header, then `lines` as they are."""
-    path.write_text("".join(line + "\n" for line in (json.dumps({"record": "header"}), *lines)))
-    return str(path)
-
-
-@pytest.mark.parametrize(
-    ("content", "fragments"),
-    [
-        ([], ["--run: ", "summary.json holds a list; expected a JSON object"]),
-        (with_change("totals", [1]), ["summary.json: totals is a list; expected a JSON object"]),
-        (with_change("settings", "resnet"), ["settings is the string 'resnet'; expected a JSON object"]),
-        (with_change("buckets", "0"), ["buckets is the string '0'; expected a list of JSON objects"]),
-        (with_change("buckets.0.numel", 2.5), ["buckets[0].numel is 2.5; expected an integer >= 1"]),
-        (with_change("buckets.0.bytes", 3), ["buckets[0].bytes is 3; expected numel (1000000) × 1, 2, 4 or 8"]),
-        (with_change("buckets.0.time_ms_p50", -1.0), ["buckets[0].time_ms_p50 is -1.0; expected a number >= 0"]),
-        (with_change("world_size", "2"), ["world_size is the string '2'; expected an integer >= 1"]),
-        (with_change("totals.compute_only_ms", "30"), ["totals.compute_only_ms is the string '30'"]),
-        (json.dumps(summary())[:-40], ["summary.json is not valid JSON", "truncated?"]),
-        (b"\x89PNG\r\n\x1a\n", ["summary.json is not UTF-8 text"]),
-        (with_change("buckets", []), ["measured no buckets"]),
-    ],
-)
-def test_predict_refuses_a_summary_of_the_wrong_shape(tmp_path, capsys, content, fragments):
-    run_dir = write_run(tmp_path, "run", content)
-    sweep = write_lines(tmp_path / "s.jsonl", fit_line())
-    usage_error(predict_cli.main, PREDICT, ["--sweep", sweep, "--run", str(run_dir)], capsys, *fragments)
+def one_line_error(proc: subprocess.CompletedProcess, prog: str, *fragments: str) -> str:
+    """The single error line of a refused command, after checking its shape and fragments."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
 
 
 def test_predict_refuses_a_sweep_that_is_not_a_regular_file(tmp_path):

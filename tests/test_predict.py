@@ -29,7 +29,13 @@ from harness.analysis.prediction import (
 from harness.common.cli import UsageError, run_cli
 from harness.common.sweep_fits import load_fits
 from models import get_model_spec
-from tests.test_hostile_inputs import fit_line, in_process, summary, usage_error, write_lines, write_run
+from tests.test_hostile_inputs import (
+    in_process,
+    summary,
+    usage_error,
+    with_change,
+    write_run,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 PROG = "python -m harness.predict"
@@ -267,6 +273,45 @@ def test_end_to_end_sweep_run_and_efficiency(tmp_path):
 
 # ---- what a hostile user tries: flags and fits that cannot describe a network, colliding outputs ----------
 # (files of the wrong shape: tests/test_hostile_inputs.py)
+
+
+def fit_line(**changes) -> str:
+    """One fit record of a 2-rank sweep over 1 KiB..256 MiB, as harness.raw_sweep writes it, with `changes`."""
+    fit = {"record": "fit", "collective": "all_reduce", "placement": "in_place", "mode": "throughput",
+           "cuda_graph": False, "dtype": "float32", "world_size": 2, "nodes": 1, "backend": "gloo",
+           "alpha_us": 30.0, "beta_gbps": 1.0, "beta_busbw_gbps": 1.0, "max_rel_error": 0.05, "points": 19,
+           "min_size_bytes": 1024, "max_size_bytes": 2**28}  # fmt: skip
+    fit.update(changes)
+    return json.dumps({k: v for k, v in fit.items() if v != "DROP"})
+
+
+def write_lines(path: Path, *lines: str) -> str:
+    """A sweep's JSON Lines: a header, then `lines` as they are."""
+    path.write_text("".join(line + "\n" for line in (json.dumps({"record": "header"}), *lines)))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "fragments"),
+    [
+        ([], ["--run: ", "summary.json holds a list; expected a JSON object"]),
+        (with_change("totals", [1]), ["summary.json: totals is a list; expected a JSON object"]),
+        (with_change("settings", "resnet"), ["settings is the string 'resnet'; expected a JSON object"]),
+        (with_change("buckets", "0"), ["buckets is the string '0'; expected a list of JSON objects"]),
+        (with_change("buckets.0.numel", 2.5), ["buckets[0].numel is 2.5; expected an integer >= 1"]),
+        (with_change("buckets.0.bytes", 3), ["buckets[0].bytes is 3; expected numel (1000000) × 1, 2, 4 or 8"]),
+        (with_change("buckets.0.time_ms_p50", -1.0), ["buckets[0].time_ms_p50 is -1.0; expected a number >= 0"]),
+        (with_change("world_size", "2"), ["world_size is the string '2'; expected an integer >= 1"]),
+        (with_change("totals.compute_only_ms", "30"), ["totals.compute_only_ms is the string '30'"]),
+        (json.dumps(summary())[:-40], ["summary.json is not valid JSON", "truncated?"]),
+        (b"\x89PNG\r\n\x1a\n", ["summary.json is not UTF-8 text"]),
+        (with_change("buckets", []), ["measured no buckets"]),
+    ],
+)
+def test_predict_refuses_a_summary_of_the_wrong_shape(tmp_path, capsys, content, fragments):
+    run_dir = write_run(tmp_path, "run", content)
+    sweep = write_lines(tmp_path / "s.jsonl", fit_line())
+    usage_error(predict_cli.main, PROG, ["--sweep", sweep, "--run", str(run_dir)], capsys, *fragments)
 
 
 @pytest.mark.parametrize(

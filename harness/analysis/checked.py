@@ -85,13 +85,15 @@ def read_regular(path: Path | str, limit: int = MAX_JSON_BYTES) -> bytes:
         # O_NONBLOCK: should the file have been swapped for a FIFO since the check, opening still returns.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as handle:
-            mode = os.fstat(handle.fileno()).st_mode
-            if not stat.S_ISREG(mode):
-                raise BadFile(f"{path} is {file_kind(mode)}; expected a regular file")
-            data = handle.read(limit + 1)
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise BadFile(f"{path} is {file_kind(info.st_mode)}; expected a regular file")
+            # The size first, so that a huge file is not read; then at most limit + 1 bytes, for files that
+            # report no size (/proc) or grow meanwhile.
+            data = b"" if info.st_size > limit else handle.read(limit + 1)
     except OSError as err:
         raise BadFile(f"{path}: cannot be read ({_reason(err)})") from None
-    if len(data) > limit:
+    if info.st_size > limit or len(data) > limit:
         raise BadFile(f"{path} is larger than {limit // 2**20} MiB; expected a JSON file of a few kB")
     return data
 
@@ -100,21 +102,27 @@ def read_json_object(path: Path | str) -> Fields:
     """The JSON object in a regular file, ready for its fields to be checked; a BadFile for anything else."""
     data = read_regular(path)
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a byte-order mark, as some editors write, is still UTF-8
     except UnicodeDecodeError as err:
         raise BadFile(f"{path} is not UTF-8 text (byte {data[err.start]:#04x} at offset {err.start}); "
                       "expected a JSON object") from None  # fmt: skip
     try:
         value = json.loads(text)
     except json.JSONDecodeError as err:
-        cut = " (the file ends early: truncated?)" if err.pos >= len(text.rstrip()) else ""
+        cut = "; the file ends early: truncated?" if ends_early(err, text) else ""
         raise BadFile(
-            f"{path} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}{cut}; expected a JSON object"
+            f"{path} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}{cut}); expected a JSON object"
         ) from None
     except (RecursionError, ValueError) as err:  # nested thousands deep; an integer of 4,300+ digits
         reason = str(err).split(";")[0]  # the first clause; Python's advice on int digits is not the user's
         raise BadFile(f"{path} cannot be parsed ({reason}); expected a JSON object") from None
     return Fields(value, str(path))
+
+
+def ends_early(err: json.JSONDecodeError, text: str) -> bool:
+    """Whether JSON failed where its text ends (a write cut short) rather than somewhere inside it."""
+    # An unterminated string is reported where the string starts, yet it is the end that is missing.
+    return err.pos >= len(text.rstrip()) or err.msg.startswith("Unterminated string")
 
 
 class Fields:

@@ -156,9 +156,11 @@ def load_fits(
             except UnicodeDecodeError:
                 raise FitRecordError(f"{where} is not UTF-8 text; expected one JSON object per line") from None
             except json.JSONDecodeError as err:
-                cut = ", cut short: a sweep stopped while writing it?" if err.pos >= len(raw.rstrip()) else ""
+                # An unterminated string is reported where it starts, yet it is the end of the line that is missing.
+                cut = err.pos >= len(raw.rstrip()) or err.msg.startswith("Unterminated string")
+                cut_text = "; cut short: a sweep stopped while writing it?" if cut else ""
                 raise FitRecordError(
-                    f"{where} is not JSON ({err.msg} at column {err.colno}{cut}); expected one JSON object per line"
+                    f"{where} is not JSON (column {err.colno}: {err.msg}{cut_text}); expected one JSON object per line"
                 ) from None
             except (RecursionError, ValueError) as err:
                 reason = str(err).split(";")[0]  # the first clause; Python's advice on int digits is not the user's
