@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from harness.common.cli import run_cli
 from harness.common.local_launch import AFTER_EXIT_GRACE_S, KILL_AFTER_TERM_S, spawn_local
@@ -24,6 +23,7 @@ from harness.sweep import collectives, engine
 from harness.sweep.capacity import memory_problem
 from harness.sweep.plan import Where
 from harness.sweep.rank import sweep_worker
+from tests.test_train_reliability import gone
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "SLURM_PROCID", "SLURM_NTASKS")
@@ -135,7 +135,9 @@ def test_output_checks_leave_existing_files_alone(tmp_path):
 # ---- a dead or hung rank ----------------------------------------------------------------------------------
 
 
-def _start(tmp_path: Path, launcher: list[str], timeout_s: float = TIMEOUT_S) -> tuple[subprocess.Popen, Path, Path]:
+def start_sweep(
+    tmp_path: Path, launcher: list[str], timeout_s: float = TIMEOUT_S
+) -> tuple[subprocess.Popen, Path, Path]:
     jsonl, csv_path = tmp_path / "sweep.jsonl", tmp_path / "sweep.csv"
     sweep = [*LONG_SWEEP, "--timeout", str(timeout_s), "--json", str(jsonl), "--csv", str(csv_path)]
     proc = subprocess.Popen(
@@ -149,7 +151,7 @@ def _start(tmp_path: Path, launcher: list[str], timeout_s: float = TIMEOUT_S) ->
     return proc, jsonl, csv_path
 
 
-def _wait_for_rows(proc: subprocess.Popen, jsonl: Path, rows: int, timeout: float = 120) -> dict:
+def wait_for_rows(proc: subprocess.Popen, jsonl: Path, rows: int, timeout: float = 120) -> dict:
     """Once `rows` rows are on disk, the header (which names every rank's pid)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -183,15 +185,6 @@ def _assert_rows_kept(jsonl: Path, csv_path: Path, statuses: tuple[str, ...]) ->
     return records
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie is gone too, only not yet reaped
-        return stat.read().split()[2] == "Z"
-
-
 ONE_SHOT_PHASES = ("setup", "allocation", "first call", "capture", "timed run", "timed calls", "gathering times")
 ONE_SHOT_PHASES += ("check totals",)
 LAUNCHERS = {
@@ -203,8 +196,8 @@ LAUNCHERS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))
 def test_a_killed_rank_stops_the_others_and_keeps_the_rows(launcher, tmp_path):
-    proc, jsonl, csv_path = _start(tmp_path, LAUNCHERS[launcher])
-    header = _wait_for_rows(proc, jsonl, 3)
+    proc, jsonl, csv_path = start_sweep(tmp_path, LAUNCHERS[launcher])
+    header = wait_for_rows(proc, jsonl, 3)
     os.kill(header["ranks"][1]["pid"], signal.SIGKILL)
     code, err, took = _finish(proc, time.monotonic(), TIMEOUT_S + SLACK_S)
     assert code != 0 and took < TIMEOUT_S + SLACK_S, (code, took, err[-2000:])
@@ -221,25 +214,25 @@ def test_a_killed_rank_stops_the_others_and_keeps_the_rows(launcher, tmp_path):
         assert " step " in survivor or any(f", {phase} failed" in survivor for phase in ONE_SHOT_PHASES), survivor
     # The collective, the size, the phase (and step) and the rank that was running.
     assert "all_reduce" in survivor and " B " in survivor and records[-1]["at"] in survivor
-    assert _gone(header["ranks"][0]["pid"])
+    assert gone(header["ranks"][0]["pid"])
 
 
 @pytest.mark.slow
 def test_a_hung_rank_times_out(tmp_path):
-    proc, jsonl, csv_path = _start(tmp_path, LAUNCHERS["standalone"], HUNG_TIMEOUT_S)
-    header = _wait_for_rows(proc, jsonl, 3)
+    proc, jsonl, csv_path = start_sweep(tmp_path, LAUNCHERS["standalone"], HUNG_TIMEOUT_S)
+    header = wait_for_rows(proc, jsonl, 3)
     survivor, hung = (rank["pid"] for rank in header["ranks"])
     struck_at = time.monotonic()
     os.kill(hung, signal.SIGSTOP)
-    while not _gone(survivor) and time.monotonic() - struck_at < HUNG_TIMEOUT_S + SLACK_S:
+    while not gone(survivor) and time.monotonic() - struck_at < HUNG_TIMEOUT_S + SLACK_S:
         time.sleep(0.1)
-    assert _gone(survivor), "rank 0 did not stop within --timeout + 15 s"
+    assert gone(survivor), "rank 0 did not stop within --timeout + 15 s"
     # The launcher then gives the hung rank a few seconds, SIGCONT + SIGTERM, and SIGKILL if need be.
     code, err, took = _finish(proc, struck_at, HUNG_TIMEOUT_S + SLACK_S + STOP_HUNG_S)
     assert code == EXIT_FAILED and took < HUNG_TIMEOUT_S + SLACK_S + STOP_HUNG_S, (code, took, err[-2000:])
     assert f"Timed out waiting {HUNG_TIMEOUT_S * 1000}ms" in err
     _assert_rows_kept(jsonl, csv_path, ("failed",))
-    assert all(_gone(rank["pid"]) for rank in header["ranks"])
+    assert all(gone(rank["pid"]) for rank in header["ranks"])
 
 
 # ---- interrupts and orphans --------------------------------------------------------------------------------
@@ -248,8 +241,8 @@ def test_a_hung_rank_times_out(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupt_keeps_the_rows_and_tears_down(signum, code, tmp_path):
-    proc, jsonl, csv_path = _start(tmp_path, LAUNCHERS["standalone"])
-    header = _wait_for_rows(proc, jsonl, 3)
+    proc, jsonl, csv_path = start_sweep(tmp_path, LAUNCHERS["standalone"])
+    header = wait_for_rows(proc, jsonl, 3)
     proc.send_signal(signum)  # to the launching process only: it forwards to the ranks
     returncode, err, took = _finish(proc, time.monotonic(), SLACK_S)
     assert returncode == code and took < SLACK_S, (returncode, took, err[-2000:])
@@ -257,19 +250,19 @@ def test_an_interrupt_keeps_the_rows_and_tears_down(signum, code, tmp_path):
     assert records[-1]["reason"] == signal.Signals(signum).name
     assert f"rank 0: interrupted by {signal.Signals(signum).name} during all_reduce" in err
     assert "Traceback" not in err
-    assert all(_gone(rank["pid"]) for rank in header["ranks"])  # the ranks exited: no orphans
+    assert all(gone(rank["pid"]) for rank in header["ranks"])  # the ranks exited: no orphans
 
 
 @pytest.mark.slow
 def test_ranks_die_with_a_killed_launcher(tmp_path):
-    proc, jsonl, _ = _start(tmp_path, LAUNCHERS["standalone"])
-    header = _wait_for_rows(proc, jsonl, 3)
+    proc, jsonl, _ = start_sweep(tmp_path, LAUNCHERS["standalone"])
+    header = wait_for_rows(proc, jsonl, 3)
     proc.kill()  # SIGKILL: the launcher cannot forward anything
     proc.communicate(timeout=30)
     deadline = time.monotonic() + SLACK_S
-    while not all(_gone(rank["pid"]) for rank in header["ranks"]) and time.monotonic() < deadline:
+    while not all(gone(rank["pid"]) for rank in header["ranks"]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert all(_gone(rank["pid"]) for rank in header["ranks"])
+    assert all(gone(rank["pid"]) for rank in header["ranks"])
     assert _records(jsonl)[-1]["record"] == "end"  # rank 0 got SIGTERM from the kernel and closed its files
 
 
@@ -353,7 +346,3 @@ def test_where_names_the_row_phase_and_step():
     where.enter("timed calls")
     where.at(6, 200)
     assert str(where) == "all_gather 4096 B in_place latency CUDA graph, timed calls step 7 of 200"
-
-
-def test_a_process_group_is_never_left_behind():
-    assert not dist.is_initialized()

@@ -167,7 +167,7 @@ LAUNCHERS = {
 ROLL = re.compile(r"# train\.py: 2 ranks \(gloo\): 0 pid (\d+) on \S+ cpu, 1 pid (\d+) on \S+ cpu")
 
 
-def _start(tmp_path: Path, launcher: list[str], **env: str) -> tuple[subprocess.Popen, Path]:
+def start_train(tmp_path: Path, launcher: list[str], **env: str) -> tuple[subprocess.Popen, Path]:
     """train.py in a session of its own (a terminal's Ctrl-C reaches its process group), stdout to a file."""
     logdir = tmp_path / "runs"
     stdout = open(tmp_path / "stdout.txt", "w")  # noqa: SIM115 (the child writes it; closed with the test)
@@ -184,7 +184,7 @@ def _start(tmp_path: Path, launcher: list[str], **env: str) -> tuple[subprocess.
     return proc, logdir
 
 
-def _steps_logged(logdir: Path) -> int:
+def steps_logged(logdir: Path) -> int:
     for run in logdir.glob("*/*"):
         if list(run.glob("events.out.tfevents.*")):
             acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
@@ -194,7 +194,7 @@ def _steps_logged(logdir: Path) -> int:
     return 0
 
 
-def _wait_for_steps(proc: subprocess.Popen, tmp_path: Path, logdir: Path, steps: int = 10) -> list[int]:
+def wait_for_steps(proc: subprocess.Popen, tmp_path: Path, logdir: Path, steps: int = 10) -> list[int]:
     """Once the events on disk hold `steps` steps (10: past the 2 warm-up and 5 calibration steps), the ranks'
     pids (rank 0 prints them at the start)."""
     deadline = time.monotonic() + 180
@@ -202,7 +202,7 @@ def _wait_for_steps(proc: subprocess.Popen, tmp_path: Path, logdir: Path, steps:
         if proc.poll() is not None:
             raise AssertionError(f"the run ended early ({proc.returncode}): {proc.stderr.read()[-3000:]}")
         roll = ROLL.search((tmp_path / "stdout.txt").read_text())
-        if roll and _steps_logged(logdir) >= steps:
+        if roll and steps_logged(logdir) >= steps:
             return [int(roll.group(1)), int(roll.group(2))]
         time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -219,7 +219,7 @@ def _finish(proc: subprocess.Popen, within: float) -> tuple[int, str, float]:
     return proc.returncode, err, time.monotonic() - struck_at
 
 
-def _gone(pid: int) -> bool:
+def gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -228,11 +228,11 @@ def _gone(pid: int) -> bool:
         return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
 
 
-def _all_gone(pids: list[int], within: float = 10) -> bool:
+def all_gone(pids: list[int], within: float = 10) -> bool:
     deadline = time.monotonic() + within
-    while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+    while not all(gone(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return all(_gone(pid) for pid in pids)
+    return all(gone(pid) for pid in pids)
 
 
 def _kept(logdir: Path) -> tuple[dict, EventAccumulator]:
@@ -260,8 +260,8 @@ FAILED_COLLECTIVE = re.compile(
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))
 def test_a_killed_rank_stops_the_others_and_keeps_the_measurements(launcher, tmp_path):
-    proc, logdir = _start(tmp_path, LAUNCHERS[launcher])
-    pids = _wait_for_steps(proc, tmp_path, logdir)
+    proc, logdir = start_train(tmp_path, LAUNCHERS[launcher])
+    pids = wait_for_steps(proc, tmp_path, logdir)
     os.kill(pids[1], signal.SIGKILL)
     code, err, took = _finish(proc, TIMEOUT_S + SLACK_S)
     assert code != 0 and took < TIMEOUT_S + SLACK_S, (code, took, err[-3000:])
@@ -275,9 +275,11 @@ def test_a_killed_rank_stops_the_others_and_keeps_the_measurements(launcher, tmp
         assert "local launch: rank1" in err and "killed by SIGKILL" in err
         assert FAILED_COLLECTIVE.search(survivor), survivor
         assert "Traceback" not in err
-    assert survivor == f"train.py: {summary['reason']}"  # the summary says why, in the same words
+    # One line: the summary's reason in the same words, then where that summary is.
+    (summary_path,) = logdir.glob("*/*/summary.json")
+    assert survivor == f"train.py: {summary['reason']}; what was measured is in {summary_path} (completed: false)"
     assert [r["pid"] for r in summary["ranks"]] == pids
-    assert _all_gone(pids)
+    assert all_gone(pids)
 
 
 def _listening_addresses(pid: int) -> set[str]:
@@ -304,8 +306,8 @@ LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1
 
 @pytest.mark.slow
 def test_ctrl_c_keeps_the_measurements_and_leaves_no_rank(tmp_path):
-    proc, logdir = _start(tmp_path, LAUNCHERS["standalone"], MY_API_TOKEN=SECRET)
-    pids = _wait_for_steps(proc, tmp_path, logdir)
+    proc, logdir = start_train(tmp_path, LAUNCHERS["standalone"], MY_API_TOKEN=SECRET)
+    pids = wait_for_steps(proc, tmp_path, logdir)
     # Without a launcher nothing listens beyond loopback: the ranks meet through a file, gloo binds to lo.
     for pid in pids:
         addresses = _listening_addresses(pid)
@@ -316,8 +318,9 @@ def test_ctrl_c_keeps_the_measurements_and_leaves_no_rank(tmp_path):
     assert "Traceback" not in err
     summary, _ = _kept(logdir)
     assert re.fullmatch(r"rank 0: interrupted by SIGINT at (the start of )?step \d+.*", summary["reason"]), summary
-    assert f"train.py: {summary['reason']}" in err
-    assert _all_gone(pids)
+    (summary_path,) = logdir.glob("*/*/summary.json")
+    assert f"train.py: {summary['reason']}; what was measured is in {summary_path} (completed: false)\n" in err
+    assert all_gone(pids)
     # Outputs carry NCCL, TORCH, CUDA, communication and launcher variables only, never the rest.
     run_dir = next(logdir.glob("*/*"))
     for path in run_dir.iterdir():

@@ -169,9 +169,16 @@ def silence_stdout() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def say(prog: str, message: str) -> None:
+    """`prog: message` on stderr in one write: the ranks share one stderr, and under PYTHONUNBUFFERED a print
+    writes the text and its newline apart, so two ranks' lines could be mixed."""
+    sys.stderr.write(f"{prog}: {message}\n")
+    sys.stderr.flush()
+
+
 def report_failure(prog: str, message: str) -> None:
     """`prog: message` on stderr, and under torchrun in the error file its failure report reads."""
-    print(f"{prog}: {message}", file=sys.stderr, flush=True)
+    say(prog, message)
     if os.environ.get("TORCHELASTIC_ERROR_FILE"):
         from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 

@@ -26,6 +26,7 @@ from harness.common.failures import (
     failure_text,
     quiet_writer_threads,
     report_failure,
+    say,
     signal_name,
 )
 from harness.common.local_launch import exit_with, join_process_group
@@ -77,7 +78,7 @@ def run_rank(plan: Plan) -> int:
         if rank == 0:
             kept = f"; rows so far are in {plan.json_path}" if plan.json_path else ""
             name = signal_name(signals.received)
-            print(f"{PROG}: rank 0: interrupted by {name} during {where}{kept}", file=sys.stderr, flush=True)
+            say(PROG, f"rank 0: interrupted by {name} during {where}{kept}")
     if initialised:
         dist.destroy_process_group()
     signals.restore()

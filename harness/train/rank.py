@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 
 import lightning.pytorch as pl
 import torch.distributed as dist
 
 from harness.common import dist_env
-from harness.common.failures import Interrupted, SignalLatch, quiet_writer_threads, report_failure, signal_name
+from harness.common.failures import Interrupted, SignalLatch, quiet_writer_threads, report_failure, say, signal_name
 from harness.common.local_launch import exit_with, join_process_group
 from harness.common.names import EXIT_FAILED
 from harness.train.callback import CommTimingCallback
@@ -146,7 +145,7 @@ def run_rank(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None)
         name = signal_name(signals.received)
         reason = reason or f"rank {rank}: interrupted by {name} at {phase}"
         if rank == 0:
-            print(f"{PROG}: {reason}{kept}", file=sys.stderr, flush=True)
+            say(PROG, reason + kept)
     if dist.is_initialized():
         dist.destroy_process_group()
     signals.restore()
