@@ -419,6 +419,17 @@ def test_compare_output_mistakes(tmp_path, capsys):
         usage_error(compare.main, compare.PROG, [runs, "--markdown", "/dev/full"], capsys, "--markdown", "/dev/full")
 
 
+def test_compare_output_into_stdouts_own_file_is_refused(tmp_path):
+    """`--csv F > F` would mix the table into the CSV."""
+    write_run(tmp_path / "runs", "r", summary())
+    out = tmp_path / "out.txt"
+    cmd = f"{sys.executable} -m harness.compare {tmp_path / 'runs'} --csv {out} > {out}"
+    proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env={**train_env(), "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    message = f"--csv {str(out)!r} is where stdout goes (the table); give the output its own path"
+    assert proc.returncode == 2 and proc.stderr == f"{compare.PROG}: error: {message}\n", proc.stderr
+
+
 def test_compare_into_a_closed_pipe_is_quiet_and_keeps_its_files(tmp_path):
     root = tmp_path / "runs"
     for i in range(400):  # about 90 kB of table: more than a pipe holds, so the writer meets the closed end
