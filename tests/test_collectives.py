@@ -68,7 +68,7 @@ def test_size_count_and_bandwidth_match_nccl_tests(name, n, size_bytes, dtype):
 
 @pytest.mark.parametrize("name", list(NCCL_TESTS))
 def test_world_size_one_busbw_is_zero(name):
-    # METRICS.md: with one rank busbw is 0 by definition (nccl-tests would print algbw × 1 for broadcast).
+    # docs/METRICS.md: with one rank busbw is 0 by definition (nccl-tests would print algbw × 1 for broadcast).
     assert busbw_gbps(name, 1 << 20, 1e-3, 1) == 0.0
 
 

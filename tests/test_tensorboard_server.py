@@ -1,5 +1,5 @@
 """`tensorboard --logdir runs` on real runs: a TensorBoard server on loopback must list the runs, the tags
-METRICS.md promises, the runs' hparams and our custom-scalar layout, through its HTTP data API."""
+docs/METRICS.md promises, the runs' hparams and our custom-scalar layout, through its HTTP data API."""
 
 from __future__ import annotations
 

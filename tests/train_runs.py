@@ -10,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 TRAIN_PY = REPO / "train.py"
 
-# METRICS.md: the scalar tags of every step, and those of every bucket (comm/bucket_{i:02d}/...).
+# docs/METRICS.md: the scalar tags of every step, and those of every bucket (comm/bucket_{i:02d}/...).
 PROMISED_TAGS = [
     "step/time_ms",
     "step/samples_per_s",

@@ -20,12 +20,11 @@ from harness.analysis.finite import is_finite
 from harness.analysis.runs import RunData
 from harness.common.cli import UsageError
 from harness.common.metrics import busbw_gbps, percentile
-from harness.common.names import SUMMARY_FILE, WARMUP_STEPS, WARMUP_TAG
+from harness.common.names import CALIBRATION_TAG, SUMMARY_FILE, WARMUP_STEPS, WARMUP_TAG
 
 MISSING = "—"  # a setting or value that neither summary.json nor the event file holds
 # 1 on compute-only steps (harness.train.step_log writes it): their hook skips the collective, so their comm
 # time is ~0 and their busbw absurd; summary.json leaves them out, and so do the medians of the events.
-CALIBRATION_TAG = "step/calibration"
 
 
 @dataclass(frozen=True)
@@ -308,7 +307,7 @@ def sort_rows(rows: Sequence[Row], key: str, descending: bool = False) -> list[R
 def _busbw_from_events(
     scalars: dict[str, list[tuple[int, float]]], comm_ms: float | None, world_size: int | None
 ) -> float | None:
-    """Step bytes over the median comm time (METRICS.md: bandwidth from a time percentile, never averaged)."""
+    """Step bytes over the median comm time (docs/METRICS.md: bandwidth from a time percentile, never averaged)."""
     step_bytes = measured(scalars, "comm/bytes")
     if not step_bytes or step_bytes[-1] < 0 or not comm_ms or comm_ms < 0 or world_size is None:
         return None

@@ -1,7 +1,7 @@
 """Lightning callback that attaches the timed hook, resolves each step's stamps, and logs them.
 
 The first steps after warm-up measure the compute-only step (calibration.py). Per step, on rank 0: TensorBoard
-scalars under METRICS.md's names and a histogram of bucket times (step_log.py), and samples/s, comm ms and
+scalars under docs/METRICS.md's names and a histogram of bucket times (step_log.py), and samples/s, comm ms and
 exposed ms in the progress bar. Every `gather_every` steps, every rank's times are gathered to log the skew across
 ranks. At the end: the per-bucket table and summary.json.
 

@@ -4,7 +4,7 @@ The hook runs on the autograd thread while DDP holds its reducer lock, so it onl
 records a CUDA event, appends to this step's record list, and launches the collective. Turning the
 stamps into milliseconds happens later, in `stamps.StepStamps.resolve`, never inside the hook.
 
-Timing sources (see shared DESIGN.md):
+Timing sources:
 - CUDA: an event recorded at hook entry marks "bucket ready"; an event recorded inside the future's
   callback, where a stream that waits on the collective is current, marks "done". With
   TORCH_NCCL_ENABLE_TIMING=1, `work._get_duration()` gives NCCL's own execution time.

@@ -2,7 +2,7 @@
 
 The hook (hook.py) only takes stamps, on the autograd thread. `StepStamps` keeps them per step (the step's
 start, each bucket's record, the end of backward) until the training loop resolves the step, two steps
-later or at the end of training (DESIGN.md, "The hook"): only resolution reads CUDA events, and it frees
+later or at the end of training (see harness.train.hook): only resolution reads CUDA events, and it frees
 them for reuse.
 """
 

@@ -1,4 +1,4 @@
-"""Rank 0's per-step TensorBoard log: every step's scalars under METRICS.md's names, and each bucket's time band.
+"""Rank 0's per-step TensorBoard log: every step's scalars under docs/METRICS.md's names, and each bucket's time band.
 
 The band is each bucket's p50 with p10 and p90 over its last BUCKET_BAND_STEPS measured steps (warm-up and
 calibration left out), shown as a Custom Scalars margin chart; the chart layout is written once the buckets
@@ -11,6 +11,7 @@ from collections import deque
 from typing import Any
 
 from harness.common.metrics import busbw_gbps, percentile
+from harness.common.names import CALIBRATION_TAG, WARMUP_TAG
 from harness.train.rank_gather import RankSpread
 from harness.train.stamps import BucketTiming
 from harness.train.step_stats import StepStats
@@ -73,8 +74,8 @@ def step_scalars(
         "step/time_ms": stats.step_ms,
         "step/samples_per_s": stats.samples_per_s,
         "step/samples_per_s_per_device": stats.samples_per_s_per_device,
-        "step/warmup": float(stats.warmup),
-        "step/calibration": float(stats.calibration),
+        WARMUP_TAG: float(stats.warmup),
+        CALIBRATION_TAG: float(stats.calibration),
         "step/fwd_bwd_ms": stats.fwd_bwd_ms,
         "comm/bytes": stats.bytes,
         "comm/buckets": stats.buckets,

@@ -15,7 +15,7 @@ from harness.common.names import WARMUP_STEPS
 from harness.train.stamps import BucketContents, BucketTiming, ResolvedStep
 
 # Step 0 runs with one bucket holding every gradient and step 1 is the first with DDP's rebuilt buckets
-# (DESIGN.md), so both are warm-up: logged, but kept out of every summary.
+# (DDP rebuilds its buckets once, after step 0), so both are warm-up: logged, but kept out of every summary.
 
 # Per-bucket and per-step samples kept for percentiles. Past this many steps, reservoir sampling keeps a
 # uniform sample, so memory stays flat however long the run is.
@@ -24,7 +24,7 @@ MAX_SAMPLES = 10_000
 
 @dataclass(frozen=True)
 class StepStats:
-    """One optimizer step, as logged under the names in METRICS.md."""
+    """One optimizer step, as logged under the names in docs/METRICS.md."""
 
     step: int
     step_ms: float
