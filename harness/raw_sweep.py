@@ -34,10 +34,14 @@ nccl-tests prints them, algbw = S/t, busbw = algbw × factor(n), out-of-place th
   counts the wrong elements over all ranks, and any wrong element makes the exit code 1.
 - World size 1 is allowed: busbw is then 0 by definition, and the run says so.
 - Failures: --timeout bounds the rendezvous, every collective and every wait for the GPU. A rank that
-  fails or loses a peer says what was running (collective, size, phase, step, rank) and exits 3; SIGINT
-  and SIGTERM exit 130 and 143. Every row measured before stays in the JSONL and CSV, which end with an
-  `end` record. A size that does not fit in memory is a skipped row with its reason, and the sweep goes on.
-- Mistakes in the options exit 2 with one line, before any process starts.
+  fails or loses a peer says what was running (collective, size, phase, step, rank) and exits 3; SIGINT,
+  SIGTERM and SIGHUP exit 130, 143 and 129. An output that can no longer be written (a full disk, a file
+  or directory removed during the sweep) stops every rank after the row in progress, with one line each
+  naming it, exit 3; a closed stdout (`| head`) stops them quietly, exit 141. Every row measured before stays
+  in the outputs still writable: the JSONL ends with an `end` record. A size that does not fit in memory is
+  a skipped row with its reason, and the sweep goes on.
+- Mistakes in the options exit 2 with one line, before any process starts, among them two outputs (or an
+  output and stdout) that are one file, however spelled.
 Per collective and placement, time = alpha + S/beta is fitted over the sizes (harness.common.metrics), printed
 under each table and written as a "fit" record; `load_fits(path)` reads them back for predictions.
 """
