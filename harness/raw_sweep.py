@@ -10,7 +10,7 @@
     python -m harness.raw_sweep --nproc 1 --mode throughput,latency --cuda-graph  # 1 GPU: host overhead
 
 Without a launcher it starts --nproc processes on loopback: NCCL when there is a GPU for each, else gloo.
-Each process uses GPU LOCAL_RANK. The semantics are nccl-tests' (shared METRICS.md): size S and count as
+Each process uses GPU LOCAL_RANK. The semantics are nccl-tests' (docs/METRICS.md): size S and count as
 nccl-tests prints them, algbw = S/t, busbw = algbw × factor(n), out-of-place then in-place, -w 5 -n 20
 -c 1. Where this differs, on purpose:
 - An operation's time across ranks is the slowest rank's (nccl-tests averages by default, its -a 1);
@@ -51,12 +51,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import stat
-import sys
 
 import torch
 
-from harness.common.cli import OneLineParser, UsageError, check_writable, run_cli
+from harness.common.cli import OneLineParser, UsageError, check_distinct_outputs, check_writable, run_cli
 from harness.common.dist_env import default_backend, detect
 from harness.common.local_launch import spawn_local
 from harness.common.names import GRACE_S
@@ -151,37 +149,6 @@ def _sizes(args: argparse.Namespace, device_kind: str, element_size: int) -> tup
     sizes = size_range(low, high, args.step_factor, step)
     how = f"step: {args.step_factor or 2}(factor)" if step is None else f"step: {step}(bytes)"
     return sizes, f"minBytes {low} maxBytes {high} {how}"
-
-
-def _identity(path: str) -> tuple:
-    """What names one file however it is spelled (./F, a symbolic link, a hard link): its device and inode
-    once it exists, else the path with every existing link resolved."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return ("path", os.path.realpath(path))
-    return ("inode", info.st_dev, info.st_ino)
-
-
-def check_distinct_outputs(outputs: dict[str, str | None]) -> None:
-    """A UsageError when two outputs, or an output and stdout (where the table goes), are one file: their
-    lines would be mixed. Terminals and /dev/null are character devices, where nothing is kept to mix."""
-    seen: dict[tuple, str] = {}
-    try:  # stdout first, so that `--json F > F` names the option
-        if not stat.S_ISCHR(os.fstat(sys.stdout.fileno()).st_mode):
-            info = os.fstat(sys.stdout.fileno())
-            seen[("inode", info.st_dev, info.st_ino)] = "stdout (the table)"
-    except (OSError, ValueError):  # no stdout at all: nothing to mix with
-        pass
-    for option, path in outputs.items():
-        if path is None:
-            continue
-        if os.path.exists(path) and stat.S_ISCHR(os.stat(path).st_mode):
-            continue
-        identity = _identity(path)
-        if identity in seen:
-            raise UsageError(f"{option} {path!r} is the same file as {seen[identity]}; give each output its own")
-        seen[identity] = f"{option} {path!r}"
 
 
 def make_plan(

@@ -403,13 +403,13 @@ def test_compare_output_mistakes(tmp_path, capsys):
     runs = str(tmp_path / "runs")
     out = str(tmp_path / "cmp.txt")
     usage_error(compare.main, compare.PROG, [runs, "--markdown", out, "--csv", out], capsys,
-                f"--markdown and --csv are one file ('{out}')")  # fmt: skip
+                f"--csv '{out}' is the same file as --markdown '{out}'")  # fmt: skip
     # The same file through another spelling, and through a symbolic link.
     (tmp_path / "alias.txt").symlink_to(out)
     usage_error(compare.main, compare.PROG, [runs, "--markdown", out, "--csv", str(tmp_path / "alias.txt")], capsys,
-                "are one file")  # fmt: skip
+                "is the same file as")  # fmt: skip
     usage_error(compare.main, compare.PROG, [runs, "--csv", str(tmp_path / ".." / tmp_path.name / "cmp.txt"),
-                "--markdown", out], capsys, "are one file")  # fmt: skip
+                "--markdown", out], capsys, "is the same file as")  # fmt: skip
     # An output over a file the comparison reads would destroy the run.
     line = usage_error(compare.main, compare.PROG, [runs, "--csv", str(run_dir / "summary.json")], capsys,
                        "--csv", "is an input file")  # fmt: skip
@@ -426,7 +426,7 @@ def test_compare_output_into_stdouts_own_file_is_refused(tmp_path):
     cmd = f"{sys.executable} -m harness.compare {tmp_path / 'runs'} --csv {out} > {out}"
     proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env={**train_env(), "PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=120)  # fmt: skip
-    message = f"--csv {str(out)!r} is where stdout goes (the table); give the output its own path"
+    message = f"--csv {str(out)!r} is the same file as stdout (the table); give each output its own"
     assert proc.returncode == 2 and proc.stderr == f"{compare.PROG}: error: {message}\n", proc.stderr
 
 

@@ -19,12 +19,11 @@ import json
 import math
 import os
 import stat
-import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.common.cli import UsageError, check_writable
+from harness.common.cli import UsageError, check_distinct_outputs, check_writable
 
 # A summary.json is a few kB (a few hundred buckets at most); anything far larger is not one, and reading it
 # whole would only cost memory.
@@ -228,41 +227,13 @@ def in_range(value: float, minimum: float | None = None, above: float | None = N
     return finite and (minimum is None or value >= minimum) and (above is None or value > above)
 
 
-def same_file(a: str | Path, b: str | Path) -> bool:
-    """Whether two paths name one file: through symbolic links, `..`, and hard links where both exist."""
-    try:
-        if os.path.exists(a) and os.path.exists(b):
-            return os.path.samefile(a, b)
-    except OSError:
-        pass
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
 def check_outputs(outputs: dict[str, str | None], inputs: Iterable[str | Path] = ()) -> None:
-    """A UsageError unless each output ({option: path}, None where not asked for) can be written, no two of them
-    are one file (both formats would be written into it), none is where stdout goes (`--csv F > F`: the table
-    would be mixed in) and none is one of the `inputs`."""
-    given = [(option, path) for option, path in outputs.items() if path is not None]
-    for i, (option, path) in enumerate(given):
-        check_writable(path, option)
-        if _is_stdout(path):
-            raise UsageError(f"{option} {path!r} is where stdout goes (the table); give the output its own path")
-        for other, other_path in given[:i]:
-            if same_file(path, other_path):
-                raise UsageError(f"{other} and {option} are one file ({path!r}); give each output its own path")
-        for source in inputs:
-            if same_file(path, source):
-                raise UsageError(f"{option} {path!r} is an input file ({source}); writing would destroy it")
-
-
-def _is_stdout(path: str) -> bool:
-    """Whether `path` is the file stdout writes to; never for a terminal or /dev/null (character devices),
-    where nothing is kept to be mixed."""
-    try:
-        out, target = os.fstat(sys.stdout.fileno()), os.stat(path)
-    except (OSError, ValueError, AttributeError):  # no such file yet, or no real stdout (a test's capture)
-        return False
-    return not stat.S_ISCHR(out.st_mode) and (out.st_dev, out.st_ino) == (target.st_dev, target.st_ino)
+    """A UsageError unless each output ({option: path}, None where not asked for) can be written and is its own
+    file: not another output's, not stdout's (`--csv F > F`), not one of the `inputs`."""
+    for option, path in outputs.items():
+        if path is not None:
+            check_writable(path, option)
+    check_distinct_outputs(outputs, inputs)
 
 
 def write_output(path: str, text: str, option: str) -> None:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from harness.common.names import EXIT_BROKEN_PIPE, EXIT_USAGE
 
@@ -102,3 +104,37 @@ def check_writable(path: str | None, option: str, directory: bool = False, creat
             pass
     except OSError as err:
         raise UsageError(f"{option}: cannot write in {ancestor!r}: {err.strerror}") from None
+
+
+def file_identity(path: str | Path) -> tuple:
+    """What names one file however it is spelled (./F, a/../F, a symbolic link, a hard link): its device and
+    inode once it exists, else the path with every existing link resolved."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return ("path", os.path.realpath(path))
+    return ("inode", info.st_dev, info.st_ino)
+
+
+def check_distinct_outputs(outputs: dict[str, str | None], inputs: Iterable[str | Path] = ()) -> None:
+    """A UsageError when two outputs ({option: path}, None where not asked for), or an output and stdout (where
+    the table goes), are one file, so that their lines would be mixed; or when an output is one of the
+    `inputs`, which writing would destroy. Terminals and /dev/null are character devices, where nothing is
+    kept to mix: they may be given twice."""
+    seen: dict[tuple, str] = {}
+    try:  # stdout first, so that `--json F > F` names the option
+        out = os.fstat(sys.stdout.fileno())
+        if not stat.S_ISCHR(out.st_mode):
+            seen[("inode", out.st_dev, out.st_ino)] = "stdout (the table)"
+    except (OSError, ValueError, AttributeError):  # no real stdout (closed, or a test's capture)
+        pass
+    sources = {file_identity(source): source for source in inputs}
+    for option, path in outputs.items():
+        if path is None or (os.path.exists(path) and stat.S_ISCHR(os.stat(path).st_mode)):
+            continue
+        identity = file_identity(path)
+        if identity in seen:
+            raise UsageError(f"{option} {path!r} is the same file as {seen[identity]}; give each output its own")
+        if identity in sources:
+            raise UsageError(f"{option} {path!r} is an input file ({sources[identity]}); writing would destroy it")
+        seen[identity] = f"{option} {path!r}"
