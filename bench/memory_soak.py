@@ -23,11 +23,11 @@ from typing import Any
 import lightning.pytorch as pl
 
 from harness.common.local_launch import spawn_local
+from harness.common.names import MB
 from harness.common.run_info import run_info
 from harness.train.config import parse_config
 
 BASELINE_STEP = 100  # growth is measured from here: warm-up, bucket rebuild and calibration are long over
-MB = 1e6
 
 
 def rss_bytes() -> int:

@@ -419,3 +419,21 @@ def test_sighup_stops_the_sweep_unless_it_was_ignored(tmp_path):
     assert ignoring.read_text().count('"record": "row"') > rows
     nohup.terminate()
     assert nohup.wait(timeout=SLACK_S) == 143
+
+
+@pytest.mark.parametrize("module", ["harness.raw_sweep", "harness.compare", "harness.predict"])
+def test_a_fifo_as_output_is_refused_at_once(module, tmp_path):
+    """A FIFO with no reader would block the open forever: it is one line and exit 2, before anything runs."""
+    fifo = tmp_path / "out.jsonl"
+    os.mkfifo(fifo)
+    option = "--csv" if module == "harness.compare" else "--json"
+    args = {
+        "harness.raw_sweep": [option, str(fifo)],
+        "harness.compare": [str(tmp_path), option, str(fifo)],
+        "harness.predict": ["--model", "resnet_tiny", "--alpha-us", "10", "--busbw-gbps", "1", option, str(fifo)],
+    }[module]
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=repo, capture_output=True, text=True, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].endswith(f"error: {option}: {str(fifo)!r} is not a regular file; give a file name"), lines

@@ -86,6 +86,8 @@ def check_writable(path: str | None, option: str, directory: bool = False, creat
         raise UsageError(f"{option}: {path!r} is a directory; give a file name")
     if os.path.exists(target) and not os.path.isdir(target) and directory:
         raise UsageError(f"{option}: {path!r} is a file; give a directory")
+    if _is_pipe_or_socket(target):  # opening it would wait for a reader that may never come
+        raise UsageError(f"{option}: {path!r} is not a regular file; give a file name")
     if os.path.isfile(target):
         try:
             with open(target, "a"):
@@ -104,6 +106,14 @@ def check_writable(path: str | None, option: str, directory: bool = False, creat
             pass
     except OSError as err:
         raise UsageError(f"{option}: cannot write in {ancestor!r}: {err.strerror}") from None
+
+
+def _is_pipe_or_socket(path: str) -> bool:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def file_identity(path: str | Path) -> tuple:
