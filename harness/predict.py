@@ -34,7 +34,6 @@ from typing import Any
 
 from harness.analysis.bucket_layout import PlannedBucket, layout_from_summary, model_bucket_layout
 from harness.analysis.checked import BadFile, check_outputs, write_output
-from harness.analysis.finite import is_finite
 from harness.analysis.prediction import (
     ALPHA_SCALINGS,
     DEFAULT_BACKWARD_SHARE,
@@ -51,6 +50,7 @@ from harness.analysis.prediction_report import format_report
 from harness.analysis.runs import read_summary
 from harness.common.cli import OneLineParser, UsageError, run_cli
 from harness.common.names import SUMMARY_FILE, WARMUP_STEPS
+from harness.common.numbers import is_finite
 from harness.common.run_info import json_safe
 
 PROG = "python -m harness.predict"

@@ -24,13 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.common.cli import UsageError, check_distinct_outputs, check_writable
+from harness.common.numbers import is_number
 
 # A summary.json is a few kB (a few hundred buckets at most); anything far larger is not one, and reading it
 # whole would only cost memory.
 MAX_JSON_BYTES = 64 * 2**20
-# No count or size of this harness comes near 2**62 (ranks, elements, bytes); a larger integer is a broken
-# file, and Python's ints would otherwise overflow only later, in float arithmetic.
-MAX_INT = 2**62
 
 
 class BadFile(ValueError):
@@ -171,8 +169,7 @@ class Fields:
         if not self._present(key, required, expected):
             return None
         value = self.data[key]
-        kinds = int if integer else int | float
-        if not isinstance(value, kinds) or isinstance(value, bool) or not in_range(value, minimum, above):
+        if not is_number(value, integer, minimum, above):
             raise self.fail(key, expected)
         return value
 
@@ -219,12 +216,6 @@ def expect_number(minimum: float | None = None, above: float | None = None, inte
     bounds += [f"> {above:g}"] if above is not None else []
     kind = "an integer" if integer else "a number" if bounds else "a finite number"
     return " ".join([kind, *bounds])
-
-
-def in_range(value: float, minimum: float | None = None, above: float | None = None) -> bool:
-    """Whether a number is finite (ints below MAX_INT) and within the bounds; NaN is never in range."""
-    finite = abs(value) < MAX_INT if isinstance(value, int) else math.isfinite(value)
-    return finite and (minimum is None or value >= minimum) and (above is None or value > above)
 
 
 def check_outputs(outputs: dict[str, str | None], inputs: Iterable[str | Path] = ()) -> None:

@@ -16,11 +16,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.analysis.finite import is_finite
 from harness.analysis.runs import RunData
 from harness.common.cli import UsageError
 from harness.common.metrics import busbw_gbps, percentile
 from harness.common.names import CALIBRATION_TAG, SUMMARY_FILE, WARMUP_STEPS, WARMUP_TAG
+from harness.common.numbers import is_finite
 
 MISSING = "—"  # a setting or value that neither summary.json nor the event file holds
 # 1 on compute-only steps (harness.train.step_log writes it): their hook skips the collective, so their comm

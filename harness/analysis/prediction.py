@@ -21,9 +21,9 @@ from typing import Any
 
 from harness.analysis.bucket_layout import PlannedBucket
 from harness.analysis.checked import BadFile, check_regular
-from harness.analysis.finite import is_finite
 from harness.common.cli import UsageError
 from harness.common.metrics import busbw_factor
+from harness.common.numbers import is_finite
 from harness.common.sweep_fits import FitRecordError, load_fits
 
 ALPHA_SCALINGS = ("constant", "ring")

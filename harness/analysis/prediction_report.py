@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.analysis.finite import is_finite
 from harness.common.metrics import busbw_factor
 from harness.common.names import MB
+from harness.common.numbers import is_finite
 
 
 def _fmt(value: float | None, spec: str = ".3f") -> str:

@@ -4,5 +4,5 @@ metrics (bandwidth formulas, percentiles, α–β fit), names (files, tags, unit
 one-line errors, help formatting, writability checks), failures (signals, failure lines), dist_env (which
 launcher, which rank), local_launch (ranks started without a launcher), run_info (versions, recorded
 variables, JSON-safe values), sweep_fits (the α–β fit record the sweep writes and predict reads). cli, names,
-metrics, failures and sweep_fits load without torch.
+metrics, failures and sweep_fits load without torch; numbers holds the one test of a usable number in a file.
 """

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.common.metrics import alpha_beta_time_us, fit_alpha_beta
+from harness.common.numbers import is_number
 
 FIT_METHOD = "least squares on relative error: minimise sum(((alpha + S/beta - t)/t)^2), alpha >= 0"
 
@@ -79,18 +80,7 @@ class FitRecordError(ValueError):
 
 
 def _number(integer: bool = False, minimum: float | None = None, above: float | None = None) -> Any:
-    def check(value: Any) -> bool:
-        kinds = int if integer else int | float
-        return (
-            isinstance(value, kinds)
-            and not isinstance(value, bool)
-            and abs(value) < 2**62  # before isfinite, which cannot take an int beyond float's range
-            and math.isfinite(value)
-            and (minimum is None or value >= minimum)
-            and (above is None or value > above)
-        )
-
-    return check
+    return lambda value: is_number(value, integer, minimum, above)
 
 
 # Each field the reader uses: (check, what was expected). α >= 0 and β > 0 are what the fit itself ensures;
