@@ -26,7 +26,6 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from bench.ab import interleave, summarize, time_block
-from harness.common.dist_env import NCCL_TIMING_ENV
 from harness.common.local_launch import spawn_local
 from harness.common.run_info import run_info
 from harness.train.hook import make_hook_state, register_timed_hook
@@ -54,11 +53,11 @@ class Variant:
 
     def step(self) -> None:
         if self.state is not None:
-            self.state.begin_step(self.step_index)
+            self.state.stamps.end(self.step_index - 1)
             done = self.step_index - 2
             if done >= 0:
-                resolved = self.state.stamps.resolve(done, self.state.stamps.start(done + 1))
-                step_stats(resolved, 1.0, self.world_size)
+                step_stats(self.state.stamps.resolve(done), 1.0, self.world_size)
+            self.state.begin_step(self.step_index)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
         with autocast:
             loss = self.spec.loss(self.ddp, self.batch)
@@ -121,15 +120,7 @@ def main() -> None:
     parser.add_argument("--steps-per-block", type=int, default=10)
     parser.add_argument("--blocks", type=int, default=30)
     parser.add_argument("--out", help="append the result as a JSON line to this file")
-    parser.add_argument(
-        "--nccl-timing",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="TORCH_NCCL_ENABLE_TIMING=1, as train.py sets it (applies to every variant: it is per process group)",
-    )
     args = parser.parse_args()
-    if args.nccl_timing:
-        os.environ.update(NCCL_TIMING_ENV)
     nproc = args.nproc or (1 if args.device == "cuda" else 2)
     backend = "nccl" if args.device == "cuda" else "gloo"
     raise SystemExit(spawn_local(worker, nproc, (args,), backend=backend))

@@ -12,7 +12,7 @@ from harness.train.summary import BUCKET_BAND_STEPS, bucket_band_tags
 
 
 def timing(step: int, index: int, ms: float) -> BucketTiming:
-    return BucketTiming(step, index, 1, 1000, 4000, "float32", ready_ms=1.0, done_ms=1.0 + ms, exec_ms=None)
+    return BucketTiming(step, index, 1, 1000, 4000, "float32", 1.0, 1.0 + ms, ms, 0.0, ((1.0, 1.0 + ms),))
 
 
 def test_band_is_each_buckets_last_window():

@@ -332,13 +332,14 @@ def test_run_without_summary_is_shown_from_its_events(real_runs, tmp_path):
     for key in ("samples_per_s", "step_ms", "comm_ms", "busbw_gbps"):
         # Event files hold float32: the same medians to float32 precision.
         assert row.values[key] == pytest.approx(totals[f"{key}_p50"], rel=1e-6), key
-    # The calibration steps are in the events, their collective skipped: kept in, they would be the median.
+    # The warm-up and calibration steps are in the events under setup/ only: the headline series, which the
+    # medians come from, never hold them.
     (events,) = killed.glob("events.out.tfevents.*")
     scalars = load_runs([str(killed)])[0].scalars
-    calibration = [s for s, v in scalars["step/calibration"] if v == 1]
+    calibration = [s for s, _ in scalars["setup/calibration_step_ms"]]
     assert calibration == [2, 3], events
-    calibration_comm = [v for s, v in scalars["comm/time_ms"] if s in calibration]
-    assert max(calibration_comm) < totals["comm_ms_p50"] / 10
+    assert [s for s, _ in scalars["setup/warmup_step_ms"]] == [0, 1]
+    assert not {s for s, _ in scalars["comm/time_ms"]} & {0, 1, *calibration}
     assert row.settings["world_size"] == "2" and row.settings["comm_hook"] == "fp16"
     line = next(line for line in format_text(list(rows.values())).splitlines() if line.startswith("fp16-"))
     assert "incomplete" in line

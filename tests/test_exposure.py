@@ -87,6 +87,7 @@ def _exposure_worker(rank: int, world_size: int, case: str) -> dict:
     # gradients before the optimizer step; later steps are measured against their compute-only time.
     calibration = Calibration(CALIBRATION_STEPS)
     for step in range(STEPS):
+        state.stamps.end(step - 1)
         state.begin_step(step)
         state.skip_communication = calibration.is_calibration_step(step)
         ddp(x).square().mean().backward()
@@ -95,14 +96,14 @@ def _exposure_worker(rank: int, world_size: int, case: str) -> dict:
             zero_gradients(ddp.parameters())
         opt.step()
         opt.zero_grad(set_to_none=True)
-    end = state.stamps.now()
+    state.stamps.end(STEPS - 1)
     stats = []
     for s in range(STEPS):
-        resolved = state.stamps.resolve(s, end if s == STEPS - 1 else state.stamps.start(s + 1))
+        resolved = state.stamps.resolve(s)
         calibrating = calibration.is_calibration_step(s)
         if calibrating:
-            calibration.add(resolved.fwd_bwd_ms)
-        stats.append(step_stats(resolved, 1, world_size, calibration.compute_only_ms, calibrating))
+            calibration.add(s, resolved.fwd_bwd_ms)
+        stats.append(step_stats(resolved, 1, world_size, calibration.reference_ms(s), calibrating))
     compute_only_ms = calibration.compute_only_ms
     measured = [s for s in stats if not (s.warmup or s.calibration)]
     calibration_bytes = [s.bytes for s in stats if s.calibration]

@@ -7,12 +7,21 @@ import statistics
 
 import pytest
 
-from harness.train.stamps import BucketTiming, ResolvedStep
-from harness.train.step_stats import BoundedSamples, RunAggregate, busy_ms, exposure, step_stats
+from harness.train.stamps import BucketTiming, ResolvedStep, busy_ms
+from harness.train.step_stats import BoundedSamples, RunAggregate, exposure, step_stats
 
 
-def timing(index: int, ready: float, done: float, bytes_: int = 1000, exec_ms: float | None = None) -> BucketTiming:
-    return BucketTiming(0, index, 2, bytes_ // 4, bytes_, "float32", ready, done, exec_ms)
+def timing(
+    index: int, ready: float, done: float, bytes_: int = 1000, start: float | None = None, finished: float | None = None
+) -> BucketTiming:
+    """A bucket ready at `ready` whose one collective ran from `start` (default: ready) to `done`, and whose
+    future finished at `finished` (default: done); the gaps are codec time."""
+    start = ready if start is None else start
+    finished = done if finished is None else finished
+    codec = (start - ready) + (finished - done)
+    return BucketTiming(
+        0, index, 2, bytes_ // 4, bytes_, "float32", ready, finished, done - start, codec, ((start, done),)
+    )
 
 
 def test_busy_time_is_the_union_of_intervals():
@@ -22,7 +31,7 @@ def test_busy_time_is_the_union_of_intervals():
     assert busy_ms([(5, 6), (0, 10)]) == 10  # nested, any order
 
 
-def test_step_stats_from_ready_to_done_and_from_exec_time():
+def test_step_stats_from_collective_intervals():
     timings = [timing(0, 1.0, 3.0, 4000), timing(1, 2.0, 5.0, 4000)]
     stats = step_stats(ResolvedStep(7, 10.0, 9.0, timings), samples_per_step=64, world_size=2, compute_only_ms=7.0)
     assert stats.bytes == 8000 and stats.buckets == 2
@@ -35,10 +44,13 @@ def test_step_stats_from_ready_to_done_and_from_exec_time():
     assert not stats.warmup
     assert stats.exposed_ms == pytest.approx(2.0) and stats.overlap_pct == pytest.approx(50.0)
 
-    # Where NCCL reports execution times, each bucket's time is its own, ending at its done stamp.
-    nccl = [timing(0, 0.0, 3.0, exec_ms=1.0), timing(1, 0.5, 5.0, exec_ms=2.0)]
-    stats = step_stats(ResolvedStep(0, 10.0, None, nccl), samples_per_step=8, world_size=1)
+    # A hook with codec work (a cast before, a copy back after): comm covers the collectives only, the tail
+    # runs to the last future's finish, and the codec time of the buckets adds up.
+    coded = [timing(0, 0.0, 3.0, start=2.0, finished=3.5), timing(1, 0.5, 5.0, start=3.0, finished=6.0)]
+    stats = step_stats(ResolvedStep(0, 10.0, None, coded), samples_per_step=8, world_size=1)
     assert stats.comm_ms == pytest.approx(3.0) and stats.max_bucket_ms == pytest.approx(2.0)
+    assert stats.codec_ms == pytest.approx((2.0 + 0.5) + (2.5 + 1.0))
+    assert stats.tail_ms == pytest.approx(6.0 - 0.5)
     assert stats.busbw_gbps == 0.0, "one rank: busbw is 0 by definition"
     assert stats.warmup
     assert math.isnan(stats.exposed_ms) and math.isnan(stats.overlap_pct), "no backward-end stamp, no exposure"
@@ -67,7 +79,8 @@ def test_aggregate_skips_warmup_steps():
     agg = RunAggregate(world_size=2)
     for step in range(5):
         t = [timing(0, 0.0, 1.0 + step)]
-        agg.add(step_stats(ResolvedStep(step, 10.0, None, t), 8, 2), t, {})
+        resolved = ResolvedStep(step, 10.0, None, t)
+        agg.add(step_stats(resolved, 8, 2), resolved, {})
     assert agg.steps_logged == 5 and agg.steps_measured == 3
     assert agg.buckets[0].times_ms.values == [3.0, 4.0, 5.0]
     assert math.isclose(agg.comm_ms.percentile(50), 4.0)

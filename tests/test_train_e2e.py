@@ -33,79 +33,99 @@ def load_events(run_dir: Path) -> EventAccumulator:
 
 @pytest.mark.slow
 def test_two_process_run_writes_promised_tags(tmp_path):
-    steps = 10  # 2 warm-up, 5 calibration (communication skipped), 3 measured
+    # 2 warm-up steps (0, 1), a calibration block (2, 3) and one calibration step every 4 after it (6, 10):
+    # communication skipped there. The headline series hold the measured steps only.
+    steps = 12
+    calibration_steps, measured_steps = [2, 3, 6, 10], [4, 5, 7, 8, 9, 11]
     proc = run_train(
-        ["--model", "resnet_tiny", "--max-steps", str(steps), "--bucket-cap-mb", "0.5", "--gather-every", "2"],
+        [
+            "--model", "resnet_tiny", "--max-steps", str(steps), "--bucket-cap-mb", "0.5", "--gather-every", "2",
+            "--calibration-steps", "2", "--calibration-every", "4",
+        ],
         tmp_path,
-    )
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     acc = load_events(run_dir)
     tags = acc.Tags()["scalars"]
     for tag in PROMISED_TAGS:
         assert tag in tags, f"missing {tag}"
-        assert [e.step for e in acc.Scalars(tag)] == list(range(steps)), tag
+        assert [e.step for e in acc.Scalars(tag)] == measured_steps, tag
+    assert [e.step for e in acc.Scalars("setup/warmup_step_ms")] == [0, 1]
+    assert [e.step for e in acc.Scalars("setup/calibration_step_ms")] == calibration_steps
+    assert [e.step for e in acc.Scalars("setup/compute_only_ms")] == calibration_steps
     buckets_per_step = [int(e.value) for e in acc.Scalars("comm/buckets")]
-    assert buckets_per_step[0] == 1 and buckets_per_step[-1] > 1, buckets_per_step
+    assert min(buckets_per_step) > 1, buckets_per_step
     for i in range(buckets_per_step[-1]):
         for name in BUCKET_TAGS:
             assert f"comm/bucket_{i:02d}/{name}" in tags
-    # fp32 with the plain hook: every step moves exactly 4 bytes per trainable parameter, except the
-    # calibration steps, which skip communication.
+    # fp32 with the plain hook: every measured step moves exactly 4 bytes per trainable parameter.
     params = trainable_parameters(get_model_spec("resnet_tiny").build())
-    calibration = [int(e.value) for e in acc.Scalars("step/calibration")]
-    assert calibration == [0, 0, 1, 1, 1, 1, 1, 0, 0, 0]
-    assert [e.value for e in acc.Scalars("comm/bytes")] == [0 if c else 4 * params for c in calibration]
+    assert [e.value for e in acc.Scalars("comm/bytes")] == [4 * params] * len(measured_steps)
     # Bucket bytes add up to the step's bytes.
-    last = steps - 1
-    bucket_bytes = sum(acc.Scalars(f"comm/bucket_{i:02d}/bytes")[-1].value for i in range(buckets_per_step[last]))
+    bucket_bytes = sum(acc.Scalars(f"comm/bucket_{i:02d}/bytes")[-1].value for i in range(buckets_per_step[-1]))
     assert bucket_bytes == 4 * params
     assert all(e.value > 0 for e in acc.Scalars("step/time_ms"))
     assert "comm/bucket_time_ms" in acc.Tags()["histograms"]
-    # Exposed communication against the calibrated compute-only step, on every step after calibration.
-    for tag in ("comm/exposed_ms", "comm/overlap_pct"):
-        assert [e.step for e in acc.Scalars(tag)] == [7, 8, 9], tag
-    assert [e.step for e in acc.Scalars("step/fwd_bwd_ms")] == list(range(steps))
+    # Exposed communication against the calibrated compute-only step, and its parts, on every measured step;
+    # the compute-only reference is logged beside it.
+    for tag in ("comm/exposed_ms", "comm/tail_ms", "comm/interference_ms", "comm/codec_ms", "step/compute_only_ms"):
+        assert [e.step for e in acc.Scalars(tag)] == measured_steps, tag
+    for exposed, tail, interference in zip(
+        *(acc.Scalars(tag) for tag in ("comm/exposed_ms", "comm/tail_ms", "comm/interference_ms")), strict=True
+    ):
+        assert interference.value == pytest.approx(exposed.value - tail.value, abs=1e-3)
+    # The run's exposed p50 with its 95 % interval, written with the final summary at the last step.
+    interval = [acc.Scalars(f"comm/exposed_ms_{name}") for name in ("p50", "ci95_low", "ci95_high")]
+    assert [[e.step for e in series] for series in interval] == [[steps - 1]] * 3
+    assert interval[1][0].value <= interval[0][0].value <= interval[2][0].value
     # Each bucket's band: p10/p50/p90 of its own time over the measured steps so far (warm-up and
     # calibration left out), recomputed here from the bucket's logged times.
-    for i in range(buckets_per_step[last]):
+    for i in range(buckets_per_step[-1]):
         times = {e.step: e.value for e in acc.Scalars(f"comm/bucket_{i:02d}/time_ms")}
         band = {q: acc.Scalars(f"comm/bucket_{i:02d}/time_ms_p{q}") for q in (10, 50, 90)}
-        assert [e.step for e in band[50]] == [7, 8, 9], i
+        assert [e.step for e in band[50]] == measured_steps, i
         for p10, p50, p90 in zip(band[10], band[50], band[90], strict=True):
-            window = [times[step] for step in range(7, p50.step + 1)]
+            window = [times[step] for step in measured_steps if step <= p50.step]
             # numpy's percentile (linear interpolation), computed apart from the harness's own
             assert p50.value == pytest.approx(float(numpy.percentile(window, 50)), rel=1e-5)
             assert p10.value == pytest.approx(float(numpy.percentile(window, 10)), rel=1e-5)
             assert p10.value <= p50.value <= p90.value
-    # Cross-rank gathers every 2 steps.
+    # Cross-rank gathers every 2 steps, on measured steps only.
     for tag in ("ranks/step_ms_skew", "ranks/slowest_rank", "comm/busbw_fastest_rank_gbps"):
-        assert [e.step for e in acc.Scalars(tag)] == [0, 2, 4, 6, 8], tag
+        assert [e.step for e in acc.Scalars(tag)] == [4, 8], tag
     assert all(e.value in (0, 1) for e in acc.Scalars("ranks/slowest_rank"))
 
     summary = json.loads((run_dir / "summary.json").read_text())
+    totals = summary["totals"]
     assert summary["completed"] is True
     assert summary["world_size"] == 2 and summary["backend"] == "gloo"
-    assert summary["totals"]["steps_measured"] == steps - 2 - 5, "warm-up and calibration steps are left out"
-    assert summary["totals"]["bytes_per_step"] == 4 * params
+    assert totals["steps_measured"] == len(measured_steps), "warm-up and calibration steps are left out"
+    assert totals["bytes_per_step"] == 4 * params
     assert sum(b["bytes"] for b in summary["buckets"]) == 4 * params
+    assert {b["time_source"] for b in summary["buckets"]} == {"cpu_clock"} and totals["time_source"] == "cpu_clock"
     assert summary["settings"]["model"] == "resnet_tiny"
     assert summary["versions"]["torch"] and "lightning" in summary["versions"]
     assert summary["ddp_logging"]["comm_hook"] == "timed_allreduce_hook"
-    assert summary["totals"]["compute_only_ms"] > 0 and len(summary["calibration_samples_ms"]) == 5
-    assert summary["totals"]["exposed_ms_p50"] is not None and summary["last_rank_spread"]["step"] == 8
+    assert summary["calibration_sample_steps"] == calibration_steps and len(summary["calibration_samples_ms"]) == 4
+    assert totals["compute_only_ms"] > 0 and totals["calibration_every"] == 4
+    low, high = totals["exposed_ms_ci95"]
+    assert low <= totals["exposed_ms_p50"] <= high
+    assert isinstance(totals["exposure_resolved"], bool) and totals["exposure_verdict"]
+    assert totals["codec_ms_p50"] >= 0 and summary["last_rank_spread"]["step"] == 8
     overhead = summary["overhead_s"]
-    assert overhead["gathers"] == 5 and overhead["calibration"] > 0
-    # Calibration is 5 of the run's steps, so it is a part of all steps' time, never all of it.
-    assert overhead["calibration"] + overhead["rank_gathers"] < overhead["all_steps"]
+    assert overhead["gathers"] == 2 and overhead["calibration"] > 0 and overhead["between_steps"] > 0
+    # Calibration is 4 of the run's steps, so it is a part of all steps' time, never all of it.
+    assert overhead["calibration"] < overhead["all_steps"]
     assert all(
         key.startswith(("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_", "WORLD", "LOCAL", "MASTER", "SLURM"))
         for key in summary["env"]
     )
     assert summary["env"]["NCCL_NVLS_ENABLE"] == "0"
-    # The table on stdout: one row per bucket.
+    # The table on stdout: one row per bucket, the interval and the verdict in words.
     assert "# Gradient communication: 2 ranks, gloo" in proc.stdout
-    assert "# harness overhead: calibration" in proc.stdout and "(5 of 10 steps)" in proc.stdout
+    assert "95 % interval" in proc.stdout and totals["exposure_verdict"] in proc.stdout
+    assert "# harness overhead: calibration" in proc.stdout and "(4 of 12 steps)" in proc.stdout
     # hparams live in the run's own event file (the HParams plugin's session data).
     assert "_hparams_/session_start_info" in acc.summary_metadata
 
@@ -113,14 +133,19 @@ def test_two_process_run_writes_promised_tags(tmp_path):
 @pytest.mark.slow
 def test_fp16_hook_halves_bytes_with_accumulation(tmp_path):
     proc = run_train(
-        ["--model", "gpt_tiny", "--max-steps", "3", "--comm-hook", "fp16", "--accumulate-grad-batches", "2"],
+        [
+            "--model", "gpt_tiny", "--max-steps", "5", "--comm-hook", "fp16", "--accumulate-grad-batches", "2",
+            "--calibration-steps", "0",
+        ],
         tmp_path,
-    )
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     acc = load_events(only_run_dir(tmp_path))
     params = trainable_parameters(get_model_spec("gpt_tiny").build())
-    # Hooks fire only on the micro-batch that steps the optimizer: one point per optimizer step.
+    # Hooks fire only on the micro-batch that steps the optimizer: one point per optimizer step after warm-up.
     assert [e.value for e in acc.Scalars("comm/bytes")] == [2 * params] * 3
+    # The cast to fp16 and the copy back are the hook's own compute, timed apart from the collective.
+    assert all(e.value > 0 for e in acc.Scalars("comm/codec_ms"))
 
 
 @pytest.mark.slow

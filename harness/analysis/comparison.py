@@ -122,8 +122,10 @@ def select_baseline(names: Sequence[str], query: str | None) -> str:
 
 
 def measured(scalars: dict[str, list[tuple[int, float]]], tag: str) -> list[float]:
-    """A tag's values over the steps summary.json counts: not warm-up (steps marked `step/warmup` = 1, or steps
-    0 and 1 where the mark is absent) and not calibration (`step/calibration` = 1); finite values only."""
+    """A tag's values over the steps summary.json counts, finite values only. Runs write the headline tags on
+    measured steps only (warm-up and calibration go under setup/); runs of earlier versions wrote them on every
+    step with `step/warmup` and `step/calibration` marks, whose marked steps (or steps 0 and 1 where the mark
+    is absent) are left out."""
     left_out = _marked(scalars, CALIBRATION_TAG)
     left_out |= _marked(scalars, WARMUP_TAG) if WARMUP_TAG in scalars else set(range(WARMUP_STEPS))
     return [value for step, value in scalars.get(tag, []) if step not in left_out and is_finite(value)]

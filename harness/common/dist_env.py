@@ -19,10 +19,6 @@ NVLS_OFF_ENV = {
     "NVSHMEM_DISABLE_NVLS": "1",
 }
 
-# With this set before the process group exists, NCCL works report their own execution time
-# (`work._get_duration()`), which the timed hook records per bucket.
-NCCL_TIMING_ENV = {"TORCH_NCCL_ENABLE_TIMING": "1"}
-
 
 def apply_safe_nccl_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     """Force NVLink multicast off in `environ` (os.environ by default) and return it."""

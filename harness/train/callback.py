@@ -46,9 +46,14 @@ from harness.train.rank_gather import RankGatherer, RankSpread
 from harness.train.stamps import ResolvedStep
 from harness.train.step_log import StepLog
 from harness.train.step_stats import RunAggregate, StepStats, step_stats
+from harness.train.tb_writer import write_step
 
 RESOLVE_LAG_STEPS = 2
 SUMMARY_EVERY_S = 60.0  # rank 0 rewrites a partial summary.json this often while training (a few ms each)
+# Resamples for the 95 % interval of exposed time: the final summary's, and a cheaper one for the partial
+# summaries rewritten during training (the interval's ends move by well under its width between the two).
+BOOTSTRAP_DRAWS = 1000
+PARTIAL_BOOTSTRAP_DRAWS = 200
 
 
 class CommTimingCallback(pl.Callback):
@@ -63,6 +68,7 @@ class CommTimingCallback(pl.Callback):
         powersgd_rank: int = 1,
         bucket_cap_mb: float | None = None,
         calibration_steps: int = 0,
+        calibration_every: int = 0,
         gather_every: int = 0,
     ) -> None:
         self.hook_name = hook_name
@@ -71,7 +77,7 @@ class CommTimingCallback(pl.Callback):
         self.settings = settings
         self.powersgd_rank = powersgd_rank
         self.bucket_cap_mb = bucket_cap_mb
-        self.calibration = Calibration(calibration_steps)
+        self.calibration = Calibration(calibration_steps, calibration_every)
         self.gather_every = gather_every  # 0: never
         self.state: TimedHookState | None = None
         self.aggregate: RunAggregate | None = None
@@ -80,8 +86,10 @@ class CommTimingCallback(pl.Callback):
         self.last_spread: RankSpread | None = None
         self.world_size = 1
         # Wall time the harness itself adds to the run (reported in summary.json under "overhead_s"), and the
-        # time of all the run's steps that it is a share of.
-        self.overhead_s = {"calibration": 0.0, "rank_gathers": 0.0, "all_steps": 0.0}
+        # time of all the run's steps that it is a share of. "between_steps" is the harness's work between one
+        # step's end and the next one's start (resolving, logging, gathers, summary rewrites), on the step
+        # timeline: it lies outside every measured step.
+        self.overhead_s = {"calibration": 0.0, "rank_gathers": 0.0, "between_steps": 0.0, "all_steps": 0.0}
         self.gathers = 0
         self._current_step = -1
         self._step_log: StepLog | None = None  # rank 0's TensorBoard log; the other ranks write none
@@ -153,12 +161,14 @@ class CommTimingCallback(pl.Callback):
         step = trainer.global_step
         if step == self._current_step:
             return  # a later micro-batch of the same optimizer step (gradient accumulation)
+        # The previous step ends here, before the harness's own work, which then lies between two steps.
+        self.state.stamps.end(self._current_step)
         self._current_step = step
         self.phase = "step"
+        self._resolve_ready(upto=step - RESOLVE_LAG_STEPS)
         self._step_open = True
         self.state.begin_step(step)
         self.state.skip_communication = self.calibration.is_calibration_step(step)
-        self._resolve_ready(upto=step - RESOLVE_LAG_STEPS)
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
         # Backward is over and DDP has waited for every bucket's collective: what lies between the step's
@@ -172,29 +182,40 @@ class CommTimingCallback(pl.Callback):
     ) -> None:
         if trainer.global_step > self._current_step:  # the optimizer stepped: this step is whole
             self._step_open = False
+            # Its end, unless the next step's start moves it later (the last step keeps this one, so it leaves
+            # out Lightning's end of fit).
+            self.state.stamps.end(self._current_step)
 
     def _resolve_ready(self, upto: int) -> None:
         stamps = self.state.stamps
         for step in stamps.pending_steps():
             if step > upto:
                 break
-            self._finish_step(stamps.resolve(step, stamps.start(step + 1)))
+            self._finish_step(stamps.resolve(step))
 
     def _finish_step(self, resolved: ResolvedStep, gather: bool = True) -> None:
         calibrating = self.calibration.is_calibration_step(resolved.step)
         self.overhead_s["all_steps"] += resolved.step_ms / 1e3
+        if resolved.gap_ms is not None:
+            self.overhead_s["between_steps"] += resolved.gap_ms / 1e3
         if calibrating:
-            self.calibration.add(resolved.fwd_bwd_ms)
+            self.calibration.add(resolved.step, resolved.fwd_bwd_ms)
             self.overhead_s["calibration"] += resolved.step_ms / 1e3
             self.aggregate.compute_only_ms = self.calibration.compute_only_ms
         stats = step_stats(
-            resolved, self.samples_per_step, self.world_size, self.calibration.compute_only_ms, calibrating
+            resolved,
+            self.samples_per_step,
+            self.world_size,
+            self.calibration.reference_ms(resolved.step),
+            calibrating,
         )
-        self.aggregate.add(stats, resolved.timings, self.state.bucket_contents)
+        self.aggregate.add(stats, resolved, self.state.bucket_contents)
         self.last_stats = stats
         spread = None
-        if gather and self.gatherer is not None and stats.step % self.gather_every == 0:
-            # Every rank resolves the same steps in the same order, so this collective lines up.
+        measured = not (stats.warmup or calibrating)
+        if gather and measured and self.gatherer is not None and stats.step % self.gather_every == 0:
+            # Every rank resolves the same steps in the same order, and calibrates the same ones, so this
+            # collective lines up. Warm-up and calibration steps are not gathered: their skew is not logged.
             start = time.perf_counter()
             phase, self.phase = self.phase, f"all_gather of every rank's times for step {stats.step} (rank gather)"
             spread = self.gatherer.gather(stats, [t.time_ms for t in resolved.timings])
@@ -203,9 +224,7 @@ class CommTimingCallback(pl.Callback):
             self.gathers += 1
             self.last_spread = spread
         if self._step_log is not None:
-            self._write_events(
-                lambda: self._step_log.write(stats, resolved.timings, spread, not (stats.warmup or calibrating))
-            )
+            self._write_events(lambda: self._step_log.write(stats, resolved.timings, spread, measured))
             if not self.finished and time.monotonic() - self._last_summary_s > SUMMARY_EVERY_S:
                 self._last_summary_s = time.monotonic()
                 reason = (
@@ -284,17 +303,15 @@ class CommTimingCallback(pl.Callback):
     def _finish(self, trainer: pl.Trainer, completed: bool, reason: str = "") -> None:
         self.finished = True
         stamps = self.state.stamps
-        end = stamps.now()
         pending = stamps.pending_steps()
-        # A step stopped midway is incomplete: dropped, after the step before it has used its start stamp.
+        # A step stopped midway is incomplete: dropped (every step before it has its end).
         incomplete = pending.pop() if pending and self._step_open else None
         for step in pending:
-            next_start = end if step == pending[-1] and incomplete is None else stamps.start(step + 1)
             # A peer may be gone after a failure: no cross-rank gathers then.
-            self._finish_step(stamps.resolve(step, next_start), gather=completed)
+            self._finish_step(stamps.resolve(step), gather=completed)
         if incomplete is not None:
-            stamps.resolve(incomplete, end)
-        stamps.release(end)
+            stamps.end(incomplete)
+            stamps.resolve(incomplete)
         if trainer.is_global_zero:
             self._write_summary(trainer, completed, reason)
 
@@ -310,7 +327,9 @@ class CommTimingCallback(pl.Callback):
             completed=completed,
             reason=reason,
             ddp_logging=run_summary.ddp_logging(trainer.strategy.model),
-            calibration_samples_ms=self.calibration.samples_ms,
+            calibration_samples=self.calibration.samples,
+            calibration_every=self.calibration.every,
+            bootstrap_draws=BOOTSTRAP_DRAWS if final else PARTIAL_BOOTSTRAP_DRAWS,
             last_rank_spread=self.last_spread.__dict__ if self.last_spread else None,
             overhead_s={**self.overhead_s, "gathers": self.gathers},
         )
@@ -321,6 +340,10 @@ class CommTimingCallback(pl.Callback):
             self.summary_path = str(run_summary.write_summary(summary, log_dir))
         except OSError as err:
             raise OutputFailed(f"summary.json in {log_dir!r}", err, f"at {self._position()}") from None
+        if self._step_log is not None and self._current_step >= 0:
+            interval = run_summary.interval_scalars(summary["totals"])
+            if interval:
+                self._write_events(lambda: write_step(self._step_log.writer, self._current_step, interval, {}))
         if not final:
             return
         if completed:

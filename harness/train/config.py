@@ -19,6 +19,7 @@ import torch
 from harness.common import dist_env
 from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, check_writable
 from harness.common.names import HOOK_NAMES
+from harness.train.calibration import DEFAULT_BLOCK_STEPS, DEFAULT_EVERY
 
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
 ACCELERATORS = ("auto", "cpu", "gpu")
@@ -67,8 +68,10 @@ class TrainConfig:
     run_name: str | None = None
     timeout_s: float = 600.0
     """Bound on the rendezvous and every collective (gloo raises; NCCL's watchdog aborts)."""
-    calibration_steps: int = 5
+    calibration_steps: int = DEFAULT_BLOCK_STEPS
     """Compute-only steps (communication skipped, gradients discarded) right after warm-up; 0: off."""
+    calibration_every: int = DEFAULT_EVERY
+    """After that block, one compute-only step every this many steps, so drift cannot bias it; 0: the block only."""
     gather_every: int = 50
     """Gather every rank's times every this many steps, to log the skew across ranks; 0: never."""
     launcher: str = "none"
@@ -93,7 +96,11 @@ class TrainConfig:
         ):
             if value is not None and value < 1:
                 raise UsageError(f"{flag} must be a positive integer, got {value}")
-        for flag, value in (("--calibration-steps", self.calibration_steps), ("--gather-every", self.gather_every)):
+        for flag, value in (
+            ("--calibration-steps", self.calibration_steps),
+            ("--calibration-every", self.calibration_every),
+            ("--gather-every", self.gather_every),
+        ):
             if value < 0:
                 raise UsageError(f"{flag} must be 0 or more, got {value}")
         if self.bucket_cap_mb is not None and not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0):
@@ -397,6 +404,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=_default("calibration_steps"),
         help="steps after warm-up that skip communication and discard gradients, to time the compute-only "
         "step for exposed communication (0: off)",
+    )
+    add(
+        "--calibration-every",
+        type=int,
+        default=_default("calibration_every"),
+        help="then one such step every N steps, so drift over the run cannot bias exposed time (0: none)",
     )
     add(
         "--gather-every",

@@ -4,25 +4,27 @@ The hook runs on the autograd thread while DDP holds its reducer lock, so it onl
 records a CUDA event, appends to this step's record list, and launches the collective. Turning the
 stamps into milliseconds happens later, in `stamps.StepStamps.resolve`, never inside the hook.
 
-Timing sources:
-- CUDA: an event recorded at hook entry marks "bucket ready"; an event recorded inside the future's
-  callback, where a stream that waits on the collective is current, marks "done". With
-  TORCH_NCCL_ENABLE_TIMING=1, `work._get_duration()` gives NCCL's own execution time.
-- gloo (CPU): gloo completes the future on its worker thread when the collective is done, so a
-  monotonic clock read in the callback is a valid "done" stamp.
+Per bucket it stamps ready (hook entry), the launch and done of each collective, and finished (after any
+decompression), so communication and the hook's own compute (codec) are timed apart (stamps.py says how).
+- CUDA: events recorded on the current stream; a done event is recorded inside the future's callback, where
+  a stream that waits on the collective is current, so it completes when the collective has.
+- gloo (CPU): gloo completes the future on its worker thread when the collective is done, so a monotonic
+  clock read in the callback is a valid done stamp.
+Nothing keeps a collective's Work or output tensor: a bucket's compressed copy is freed as soon as DDP has
+taken the result, as with torch's own hooks.
 """
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
 from harness.common.names import DEFAULT_BUCKET_CAP_MB, MIB
-from harness.train.stamps import BucketContents, BucketRecord, StepStamps
+from harness.train.stamps import BucketContents, BucketRecord, CollectiveStamps, StepStamps
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -82,25 +84,29 @@ class TimedHookState:
         ps_state.iter = max(self.step, 0)
         return ps_state
 
-    def _stamp_ready(self, record: BucketRecord) -> None:
-        if self.use_cuda:
-            record.ready_event = self.stamps.events.acquire()
-            record.ready_event.record()
-        else:
-            record.ready_ns = time.perf_counter_ns()
+    def launch(
+        self,
+        record: BucketRecord,
+        tensor: torch.Tensor,
+        group: dist.ProcessGroup,
+        then: Callable[[list[torch.Tensor]], Any] | None = None,
+    ) -> torch.futures.Future[Any]:
+        """Launch the bucket's all_reduce (sum) of `tensor`, stamping its launch now and its done when it
+        completes. The future's value is `then(result)` (run after the done stamp), or the result itself."""
+        collective = CollectiveStamps(self.stamps.now())
+        record.collectives.append(collective)
+        work = _all_reduce_sum(tensor, group)
 
-    def _stamp_done(self, record: BucketRecord) -> None:
-        if self.use_cuda:
-            # The future's callback runs with a stream current that waits on the collective, so this
-            # event completes when the collective has finished on the GPU.
-            record.done_event = self.stamps.events.acquire()
-            record.done_event.record()
-        else:
-            record.done_ns = time.perf_counter_ns()
+        def stamp_done(fut: torch.futures.Future[list[torch.Tensor]]) -> Any:
+            collective.done = self.stamps.now()
+            return then(fut.value()) if then is not None else fut.value()
+
+        return work.get_future().then(stamp_done)
 
     def _new_record(
         self, bucket: dist.GradBucket, buffer: torch.Tensor, bytes_: int, dtype: torch.dtype
     ) -> BucketRecord:
+        """This step's record of `bucket`, stamped ready now."""
         index = bucket.index()
         contents = self.bucket_contents.get(index)
         if contents is None or contents.numel != buffer.numel():
@@ -117,6 +123,7 @@ class TimedHookState:
             bytes=bytes_,
             dtype=_DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch."),
         )
+        record.ready = self.stamps.now()
         self.stamps.records.setdefault(self.step, []).append(record)
         return record
 
@@ -141,36 +148,30 @@ def timed_allreduce_hook(state: TimedHookState, bucket: dist.GradBucket) -> torc
     group = _group(state)
     tensor = bucket.buffer()
     record = state._new_record(bucket, tensor, tensor.numel() * tensor.element_size(), tensor.dtype)
-    state._stamp_ready(record)
     tensor.div_(group.size())
-    record.work = _all_reduce_sum(tensor, group)
-
-    def done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-        state._stamp_done(record)
-        return fut.value()[0]
-
-    return record.work.get_future().then(done)
+    return state.launch(record, tensor, group, then=lambda result: result[0])
 
 
 def _timed_compress_hook(
     state: TimedHookState, bucket: dist.GradBucket, dtype: torch.dtype
 ) -> torch.futures.Future[torch.Tensor]:
-    """torch's `fp16_compress_hook` / `bf16_compress_hook`, timed; the bytes counted are the compressed ones."""
+    """torch's `fp16_compress_hook` / `bf16_compress_hook`, timed; the bytes counted are the compressed ones.
+
+    The cast and division before the collective and the copy back after it are codec time, not communication.
+    """
     if state.skip_communication:
         return timed_noop_hook(state, bucket)
     group = _group(state)
     buffer = bucket.buffer()
     record = state._new_record(bucket, buffer, buffer.numel() * dtype.itemsize, dtype)
-    state._stamp_ready(record)
     compressed = buffer.to(dtype).div_(group.size())
-    record.work = _all_reduce_sum(compressed, group)
 
-    def decompress(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-        state._stamp_done(record)
-        buffer.copy_(fut.value()[0])
+    def decompress(result: list[torch.Tensor]) -> torch.Tensor:
+        buffer.copy_(result[0])
+        record.finished = state.stamps.now()
         return buffer
 
-    return record.work.get_future().then(decompress)
+    return state.launch(record, compressed, group, then=decompress)
 
 
 def timed_fp16_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -182,38 +183,82 @@ def timed_bf16_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.fut
 
 
 def timed_powersgd_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """torch's `powerSGD_hook`, timed from ready to the end of its last collective.
+    """torch's `powerSGD_hook`, timed: each of its collectives apart, its compression as codec time.
 
-    PowerSGD issues up to three all_reduces per bucket (uncompressed tensors, P, Q), chained through future
-    callbacks, so there is no single NCCL execution time. The bytes that travel are read from PowerSGD's
-    own count of elements after compression, which it advances by exactly what it sends (or the whole
-    bucket before compression starts).
+    PowerSGD issues up to three all_reduces per bucket (uncompressed tensors, P, Q), the later ones from
+    future callbacks. torch's PowerSGD module reaches them through its global `dist`, which `_StampedDist`
+    stands in for, so each is stamped on this bucket's record. Before PowerSGD starts compressing it would
+    run the plain all_reduce, which is the timed allreduce hook exactly. The bytes that travel are read from
+    PowerSGD's own count of elements after compression, which it advances by exactly what it sends.
     """
     if state.skip_communication:
         return timed_noop_hook(state, bucket)
     ps_state = state.powersgd_state_for(bucket.index())
+    if ps_state.iter < ps_state.start_powerSGD_iter:
+        return timed_allreduce_hook(state, bucket)
     buffer = bucket.buffer()
-    before_compression = ps_state.iter < ps_state.start_powerSGD_iter
     numel_before = ps_state.total_numel_after_compression
     record = state._new_record(bucket, buffer, 0, buffer.dtype)
-    state._stamp_ready(record)
+    group = ps_state.process_group if ps_state.process_group is not None else dist.group.WORLD
+    _STAMPED_DIST.records[group] = (state, record)
     fut = powersgd.powerSGD_hook(ps_state, bucket)
-    sent_numel = buffer.numel() if before_compression else ps_state.total_numel_after_compression - numel_before
-    record.bytes = sent_numel * buffer.element_size()
+    record.bytes = (ps_state.total_numel_after_compression - numel_before) * buffer.element_size()
 
-    def done(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
-        state._stamp_done(record)
+    def finished(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+        record.finished = state.stamps.now()
         return fut.value()
 
-    return fut.then(done)
+    return fut.then(finished)
+
+
+class _StampedWork:
+    """What `_StampedDist.all_reduce` returns: the Work's future, with the done stamp taken first."""
+
+    def __init__(self, future: torch.futures.Future[list[torch.Tensor]]) -> None:
+        self._future = future
+
+    def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
+        return self._future
+
+    def wait(self) -> bool:
+        self._future.wait()
+        return True
+
+
+class _StampedDist:
+    """Stands in for `torch.distributed` inside torch's PowerSGD module, whose collectives are otherwise out
+    of reach (issued from its own future callbacks). An async all_reduce on a group that a timed PowerSGD
+    bucket has registered is launched through that bucket's record (`TimedHookState.launch` semantics);
+    everything else passes straight to torch.distributed.
+
+    The registry is keyed by process group: on NCCL the three collectives of a bucket are issued within the
+    hook call (NCCL's futures complete at launch, so the callbacks run at once), before the next bucket
+    registers; on gloo every bucket has a group of its own (make_hook_state), so a callback on gloo's thread
+    finds its bucket's record.
+    """
+
+    def __init__(self) -> None:
+        self.records: dict[dist.ProcessGroup, tuple[TimedHookState, BucketRecord]] = {}
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(dist, name)
+
+    def all_reduce(self, tensor: torch.Tensor, op=dist.ReduceOp.SUM, group=None, async_op: bool = False):
+        key = group if group is not None else dist.group.WORLD
+        entry = self.records.get(key)
+        if entry is None or not async_op or op != dist.ReduceOp.SUM:
+            return dist.all_reduce(tensor, op=op, group=group, async_op=async_op)
+        state, record = entry
+        return _StampedWork(state.launch(record, tensor, key))
+
+
+_STAMPED_DIST = _StampedDist()
 
 
 def timed_noop_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """No communication at all: each rank keeps its own gradients. Measures the compute-only step."""
     buffer = bucket.buffer()
-    record = state._new_record(bucket, buffer, 0, buffer.dtype)
-    state._stamp_ready(record)
-    state._stamp_done(record)
+    state._new_record(bucket, buffer, 0, buffer.dtype)  # ready, with no collective: finished at once
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(buffer)
     return fut
@@ -255,6 +300,8 @@ def make_hook_state(
     state = TimedHookState(process_group, hook_name, use_cuda)
     state.param_names = {id(p): name for name, p in module.named_parameters()}
     if hook_name == "powersgd":
+        # torch's PowerSGD module calls the collectives through its global `dist`: see _StampedDist.
+        powersgd.dist = _STAMPED_DIST
         state.powersgd_rank = powersgd_rank
         group = process_group if process_group is not None else dist.group.WORLD
         if dist.get_backend(group) == "gloo":

@@ -1,22 +1,41 @@
 """What the timed hook records per bucket, and the resolution of a step's stamps into milliseconds.
 
-The hook (hook.py) only takes stamps, on the autograd thread. `StepStamps` keeps them per step (the step's
-start, each bucket's record, the end of backward) until the training loop resolves the step, two steps
-later or at the end of training (see harness.train.hook): only resolution reads CUDA events, and it frees
-them for reuse.
+The hook (hook.py) only takes stamps, on the autograd thread (and, on gloo, in future callbacks on gloo's
+threads). `StepStamps` keeps them per step until the training loop resolves the step, two steps later or at
+the end of training: only resolution reads CUDA events, and it frees them for reuse.
+
+Each bucket carries four kinds of stamp (docs/METRICS.md, "Bucket times"):
+- ready: the hook is called, every gradient of the bucket is computed;
+- launch and done of each collective the hook issues (one all_reduce; PowerSGD up to three);
+- finished: the hook's future completes, after any decompression, and DDP may copy the bucket back.
+
+A bucket's communication time is the union of its collectives' [start, done] intervals, where on the GPU a
+collective starts at max(its launch, the previous collective's done): one process group's NCCL collectives
+run one after another on one stream, so a collective launched while another is running waits its turn, and
+that wait is not its own time. The hook's own compute (the cast, the division, PowerSGD's compression and
+decompression) is the codec time: ready → finished less the union of the collectives' [launch, done].
+
+The time source is fixed per run and named with every timing: CUDA events on the GPU, the CPU's monotonic
+clock on gloo. NCCL's own per-kernel timing (TORCH_NCCL_ENABLE_TIMING) is not used: reading it needs each
+collective's Work kept until the step is resolved, and the Work holds the collective's output tensor (a
+compressed copy of every bucket, two steps long); the serial-stream rule above gives the same time from
+events the hook records anyway (checked against a torch.profiler trace in tests/test_comm_hook.py).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
-import torch.distributed as dist
 
 # A point in time: a recorded CUDA event on the GPU timeline, or perf_counter_ns() on the CPU.
 Stamp = int | torch.cuda.Event
+
+CUDA_EVENTS = "cuda_events"
+CPU_CLOCK = "cpu_clock"
 
 
 class BucketContents(NamedTuple):
@@ -29,8 +48,16 @@ class BucketContents(NamedTuple):
 
 
 @dataclass(slots=True)
+class CollectiveStamps:
+    """One collective the hook issued for a bucket: when it was launched, and when it was done."""
+
+    launch: Stamp
+    done: Stamp | None = None
+
+
+@dataclass(slots=True)
 class BucketRecord:
-    """Raw stamps of one bucket's collective in one step. Resolved later into a `BucketTiming`."""
+    """Raw stamps of one bucket in one step; never a tensor or a Work. Resolved later into a `BucketTiming`."""
 
     step: int
     index: int
@@ -38,16 +65,14 @@ class BucketRecord:
     numel: int
     bytes: int
     dtype: str
-    ready_ns: int = 0
-    done_ns: int = 0
-    ready_event: torch.cuda.Event | None = None
-    done_event: torch.cuda.Event | None = None
-    work: dist.Work | None = None  # kept only to ask NCCL for its execution time after the step
+    ready: Stamp | None = None
+    finished: Stamp | None = None  # None: the future completed with the last collective (nothing after it)
+    collectives: list[CollectiveStamps] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
 class BucketTiming:
-    """One bucket's collective in one step, in milliseconds relative to the step's start."""
+    """One bucket in one step, in milliseconds relative to the step's start."""
 
     step: int
     index: int
@@ -55,27 +80,34 @@ class BucketTiming:
     numel: int
     bytes: int
     dtype: str
-    ready_ms: float
-    done_ms: float
-    exec_ms: float | None  # the collective's own execution time, where the backend reports one (NCCL)
-
-    @property
-    def ready_to_done_ms(self) -> float:
-        return self.done_ms - self.ready_ms
+    ready_ms: float  # the hook was called: the bucket's gradients are computed
+    finished_ms: float  # the hook's future completed, after any decompression
+    comm_ms: float  # the union of its collectives' [start, done]: communication only
+    codec_ms: float  # the hook's own compute: ready → finished less its collectives' [launch, done]
+    intervals: tuple[tuple[float, float], ...] = ()  # each collective's (start, done)
 
     @property
     def time_ms(self) -> float:
-        """The collective's time: NCCL's own execution time where reported, else ready to done."""
-        return self.exec_ms if self.exec_ms is not None else self.ready_to_done_ms
+        """The bucket's communication time (its collectives only)."""
+        return self.comm_ms
+
+    @property
+    def done_ms(self) -> float:
+        """When its last collective was done (or when it was ready, if it sent nothing)."""
+        return max((done for _, done in self.intervals), default=self.ready_ms)
 
 
 class ResolvedStep(NamedTuple):
     """One optimizer step's times, resolved after the fact."""
 
     step: int
-    step_ms: float  # this step's start to the next step's start
+    step_ms: float  # this step's start to its end (the next step's training work, before any harness work)
     fwd_bwd_ms: float | None  # start to the end of backward, after DDP waited for communication
     timings: list[BucketTiming]  # in launch order
+    source: str = CPU_CLOCK  # CUDA_EVENTS or CPU_CLOCK: every time in the step comes from it
+    # This step's end to the next step's start: the harness's own work between the two, outside both steps
+    # (None for the last step, or when the next has not started).
+    gap_ms: float | None = None
 
 
 class EventPool:
@@ -92,21 +124,21 @@ class EventPool:
 
 
 class StepStamps:
-    """Every unresolved step's stamps: its start, its buckets' records (launch order), its end of backward.
+    """Every unresolved step's stamps: its start and end, its buckets' records (launch order), its end of
+    backward.
 
-    The hook appends to `records[step]` and stamps with `events`; everything else here runs on the training
+    The hook appends to `records[step]` and stamps with `now()`; everything else here runs on the training
     loop's thread.
     """
 
     def __init__(self, use_cuda: bool) -> None:
         self.use_cuda = use_cuda
+        self.source = CUDA_EVENTS if use_cuda else CPU_CLOCK
         self.events = EventPool()
         self.records: dict[int, list[BucketRecord]] = {}
         self._starts: dict[int, Stamp] = {}
+        self._ends: dict[int, Stamp] = {}
         self._backward_ends: dict[int, Stamp] = {}
-        # Whether the backend reports execution times; learnt on the first try, since asking a backend that
-        # does not (gloo, NCCL without TORCH_NCCL_ENABLE_TIMING) raises a C++ exception, costly every bucket.
-        self.exec_timing = True
 
     def now(self) -> Stamp:
         """A time stamp on the timeline of the step starts: a recorded CUDA event, or a monotonic clock."""
@@ -121,33 +153,45 @@ class StepStamps:
         self.records[step] = []
         self._starts[step] = self.now()
 
+    def end(self, step: int) -> None:
+        """Stamp the end of `step` now, replacing an earlier end: the step's optimizer step stamps one, and the
+        next step's first moment (before the harness does its own work) moves it later."""
+        if step not in self._starts:
+            return
+        previous = self._ends.get(step)
+        self._ends[step] = self.now()
+        if previous is not None:
+            self.release(previous)
+
     def mark_backward_end(self, step: int) -> None:
         """Stamp the end of `step`'s backward, once (later micro-batches of the same step keep the first)."""
         if step in self._starts and step not in self._backward_ends:
             self._backward_ends[step] = self.now()
 
-    def start(self, step: int) -> Stamp:
-        return self._starts[step]
+    def has_end(self, step: int) -> bool:
+        return step in self._ends
 
     def pending_steps(self) -> list[int]:
         return sorted(self.records)
 
-    def resolve(self, step: int, next_start: Stamp) -> ResolvedStep:
-        """Turn step `step`'s stamps into times and free them.
+    def resolve(self, step: int) -> ResolvedStep:
+        """Turn step `step`'s stamps into times and free them; the step must have an end (`end()`).
 
-        `next_start` is the next step's start stamp (or the end of training); the caller keeps it. This
-        waits only if the GPU has not yet reached `next_start`, which is rare once steps lag by two.
+        This waits only if the GPU has not yet reached the step's end, which is rare once steps lag by two.
         """
         records = self.records.pop(step, [])
         start = self._starts.pop(step)
+        end = self._ends.pop(step)
         backward_end = self._backward_ends.pop(step, None)
-        step_ms = self.elapsed_ms(start, next_start)
+        step_ms = self.elapsed_ms(start, end)
+        next_start = self._starts.get(step + 1)
+        gap_ms = self.elapsed_ms(end, next_start) if next_start is not None else None
         fwd_bwd_ms = self.elapsed_ms(start, backward_end) if backward_end is not None else None
-        timings = [self._resolve_record(record, start) for record in records]
-        self.release(start)
-        if backward_end is not None:
-            self.release(backward_end)
-        return ResolvedStep(step, step_ms, fwd_bwd_ms, timings)
+        timings = self._resolve_records(records, start)
+        for stamp in (start, end, backward_end):
+            if stamp is not None:
+                self.release(stamp)
+        return ResolvedStep(step, step_ms, fwd_bwd_ms, timings, self.source, gap_ms)
 
     def elapsed_ms(self, start: Stamp, end: Stamp) -> float:
         """Milliseconds from `start` to `end`; on the GPU waits until `end` has been reached."""
@@ -161,39 +205,61 @@ class StepStamps:
         if self.use_cuda:
             self.events.release(stamp)
 
-    def _resolve_record(self, record: BucketRecord, start: Stamp) -> BucketTiming:
-        if self.use_cuda:
-            done_ms = self.elapsed_ms(start, record.done_event)
-            ready_ms = self.elapsed_ms(start, record.ready_event)
-            self.events.release(record.ready_event, record.done_event)
+    def _resolve_records(self, records: list[BucketRecord], start: Stamp) -> list[BucketTiming]:
+        timings = []
+        stream_free_ms = float("-inf")  # when the previous collective of this step was done (GPU)
+        for record in records:
+            ready_ms = self.elapsed_ms(start, record.ready)
+            spans = []  # each collective's (launch, done)
+            for collective in record.collectives:
+                launch_ms = self.elapsed_ms(start, collective.launch)
+                # A collective whose done stamp is missing never completed (a failed run): it counts to its launch.
+                done_ms = self.elapsed_ms(start, collective.done) if collective.done is not None else launch_ms
+                spans.append((launch_ms, done_ms))
+                self.release(collective.launch)
+                if collective.done is not None:
+                    self.release(collective.done)
+            finished_ms = self.elapsed_ms(start, record.finished) if record.finished is not None else None
+            if finished_ms is None:
+                finished_ms = max((done for _, done in spans), default=ready_ms)
+            self.release(record.ready)
+            if record.finished is not None:
+                self.release(record.finished)
+            intervals = []
+            for launch_ms, done_ms in spans:
+                # On the GPU a collective waits for the one before it on NCCL's stream (see the module's doc).
+                start_ms = max(launch_ms, stream_free_ms) if self.use_cuda else launch_ms
+                intervals.append((min(start_ms, done_ms), done_ms))
+                stream_free_ms = max(stream_free_ms, done_ms)
+            timings.append(
+                BucketTiming(
+                    step=record.step,
+                    index=record.index,
+                    num_params=record.num_params,
+                    numel=record.numel,
+                    bytes=record.bytes,
+                    dtype=record.dtype,
+                    ready_ms=ready_ms,
+                    finished_ms=finished_ms,
+                    comm_ms=busy_ms(intervals),
+                    codec_ms=max(0.0, (finished_ms - ready_ms) - busy_ms(spans)),
+                    intervals=tuple(intervals),
+                )
+            )
+        return timings
+
+
+def busy_ms(intervals: Iterable[tuple[float, float]]) -> float:
+    """Length of the union of [start, end] intervals (gloo runs up to two collectives at once)."""
+    total = 0.0
+    current_start = current_end = None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            if current_end is not None:
+                total += current_end - current_start
+            current_start, current_end = start, end
         else:
-            ready_ms = (record.ready_ns - start) / 1e6
-            done_ms = (record.done_ns - start) / 1e6
-        return BucketTiming(
-            step=record.step,
-            index=record.index,
-            num_params=record.num_params,
-            numel=record.numel,
-            bytes=record.bytes,
-            dtype=record.dtype,
-            ready_ms=ready_ms,
-            done_ms=done_ms,
-            exec_ms=self._exec_ms(record.work),
-        )
-
-    def _exec_ms(self, work: dist.Work | None) -> float | None:
-        if not self.exec_timing or work is None:
-            return None
-        duration = work_duration_ms(work)
-        if duration is None:
-            self.exec_timing = False
-        return duration
-
-
-def work_duration_ms(work: dist.Work) -> float | None:
-    """NCCL's own execution time of a finished collective; None where the backend does not time it."""
-    try:
-        return float(work._get_duration())
-    except (RuntimeError, AttributeError, ValueError):
-        # gloo does not support it; NCCL raises unless TORCH_NCCL_ENABLE_TIMING=1 was set at PG creation.
-        return None
+            current_end = max(current_end, end)
+    if current_end is not None:
+        total += current_end - current_start
+    return total

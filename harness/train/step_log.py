@@ -11,7 +11,6 @@ from collections import deque
 from typing import Any
 
 from harness.common.metrics import busbw_gbps, percentile
-from harness.common.names import CALIBRATION_TAG, WARMUP_TAG
 from harness.train.rank_gather import RankSpread
 from harness.train.stamps import BucketTiming
 from harness.train.step_stats import StepStats
@@ -47,9 +46,12 @@ class StepLog:
         self._layout_written = False
 
     def write(self, stats: StepStats, timings: list[BucketTiming], spread: RankSpread | None, measured: bool) -> None:
-        """One step's scalars and bucket-time histogram; a `measured` step (not warm-up or calibration) also
-        adds to the bucket bands."""
-        bands = self.bands.add(timings) if measured else {}
+        """One step's scalars: a `measured` step's under the headline tags, with its bucket-time histogram and
+        bands; a warm-up or calibration step's under setup/ only, so the headline series hold measured steps."""
+        if not measured:
+            write_step(self.writer, stats.step, setup_scalars(stats), {})
+            return
+        bands = self.bands.add(timings)
         if bands:
             self.write_layout()
         scalars = step_scalars(stats, timings, self.world_size, spread, bands)
@@ -60,6 +62,13 @@ class StepLog:
         if not self._layout_written:
             add_custom_scalar_layout(self.writer, sorted(self.bands.windows))
             self._layout_written = True
+
+
+def setup_scalars(stats: StepStats) -> dict[str, float]:
+    """A warm-up or calibration step: its own time, and for calibration the compute-only sample it gave."""
+    if stats.calibration:
+        return {"setup/calibration_step_ms": stats.step_ms, "setup/compute_only_ms": stats.fwd_bwd_ms}
+    return {"setup/warmup_step_ms": stats.step_ms}
 
 
 def step_scalars(
@@ -74,9 +83,8 @@ def step_scalars(
         "step/time_ms": stats.step_ms,
         "step/samples_per_s": stats.samples_per_s,
         "step/samples_per_s_per_device": stats.samples_per_s_per_device,
-        WARMUP_TAG: float(stats.warmup),
-        CALIBRATION_TAG: float(stats.calibration),
         "step/fwd_bwd_ms": stats.fwd_bwd_ms,
+        "step/compute_only_ms": stats.fwd_bwd_ms - stats.exposed_ms,
         "comm/bytes": stats.bytes,
         "comm/buckets": stats.buckets,
         "comm/time_ms": stats.comm_ms,
@@ -84,17 +92,17 @@ def step_scalars(
         "comm/busbw_gbps": stats.busbw_gbps,
         "comm/max_bucket_ms": stats.max_bucket_ms,
         "comm/tail_ms": stats.tail_ms,
+        "comm/interference_ms": stats.interference_ms,
         "comm/exposed_ms": stats.exposed_ms,
         "comm/overlap_pct": stats.overlap_pct,
+        "comm/codec_ms": stats.codec_ms,
     }
     for t in timings:
         prefix = f"comm/bucket_{t.index:02d}"
         scalars[f"{prefix}/time_ms"] = t.time_ms
         scalars[f"{prefix}/bytes"] = t.bytes
         scalars[f"{prefix}/busbw_gbps"] = busbw_gbps("all_reduce", t.bytes, t.time_ms / 1e3, world_size)
-        scalars[f"{prefix}/ready_to_done_ms"] = t.ready_to_done_ms
-        if t.exec_ms is not None:
-            scalars[f"{prefix}/exec_ms"] = t.exec_ms
+        scalars[f"{prefix}/codec_ms"] = t.codec_ms
         if t.index in bands:
             scalars.update(zip(bucket_band_tags(t.index), bands[t.index], strict=True))
     if spread is not None:

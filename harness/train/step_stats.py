@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from harness.common.metrics import algbw_gbps, busbw_gbps, percentile
 from harness.common.names import WARMUP_STEPS
-from harness.train.stamps import BucketContents, BucketTiming, ResolvedStep
+from harness.train.exposure_estimate import overlap_pct
+from harness.train.stamps import BucketContents, ResolvedStep, busy_ms
 
 # Step 0 runs with one bucket holding every gradient and step 1 is the first with DDP's rebuilt buckets
 # (DDP rebuilds its buckets once, after step 0), so both are warm-up: logged, but kept out of every summary.
@@ -32,14 +32,16 @@ class StepStats:
     samples_per_s_per_device: float
     buckets: int
     bytes: int
-    comm_ms: float  # busy time: the union of the buckets' [done − time, done] intervals
+    comm_ms: float  # busy time: the union of every collective's [start, done] interval
+    codec_ms: float  # the hook's own compute (casts, compression, decompression), summed over buckets
     algbw_gbps: float
     busbw_gbps: float
     max_bucket_ms: float
-    tail_ms: float  # last bucket ready to last bucket done: communication left after backward ends
+    tail_ms: float  # last bucket ready to last bucket finished: the wait DDP's finalisation sees
     fwd_bwd_ms: float = math.nan  # step start to the end of backward, DDP having waited for every bucket
     exposed_ms: float = math.nan  # fwd_bwd_ms − the compute-only forward + backward (calibrated)
     overlap_pct: float = math.nan  # share of the busy communication time hidden behind compute
+    interference_ms: float = math.nan  # exposed − tail: compute slowed down while communication runs
     calibration: bool = False  # a compute-only step: communication skipped, kept out of summaries
 
     @property
@@ -47,35 +49,18 @@ class StepStats:
         return self.step < WARMUP_STEPS
 
 
-def busy_ms(intervals: Iterable[tuple[float, float]]) -> float:
-    """Length of the union of [start, end] intervals (gloo runs up to two collectives at once)."""
-    total = 0.0
-    current_start = current_end = None
-    for start, end in sorted(intervals):
-        if current_end is None or start > current_end:
-            if current_end is not None:
-                total += current_end - current_start
-            current_start, current_end = start, end
-        else:
-            current_end = max(current_end, end)
-    if current_end is not None:
-        total += current_end - current_start
-    return total
-
-
 def exposure(fwd_bwd_ms: float, compute_only_ms: float, comm_ms: float) -> tuple[float, float]:
     """(exposed ms, overlap %) of a step.
 
     exposed = (forward + backward with communication) − (forward + backward without it). The optimizer
-    step is the same in both, so this equals step time − compute-only step time. overlap = 1 − exposed /
-    busy communication time, clamped to [0, 100] % (noise can make exposed slightly negative or above comm).
+    step is the same in both, so this equals step time − compute-only step time. overlap: exposure_estimate's
+    `overlap_pct`, 1 − exposed / busy communication time clamped to [0, 100] % (noise can make exposed slightly
+    negative or above comm), NaN without communication.
     """
     if math.isnan(fwd_bwd_ms) or math.isnan(compute_only_ms):
         return math.nan, math.nan
     exposed = fwd_bwd_ms - compute_only_ms
-    if comm_ms <= 0:
-        return exposed, math.nan
-    return exposed, 100.0 * min(1.0, max(0.0, 1.0 - exposed / comm_ms))
+    return exposed, float(overlap_pct(exposed, comm_ms))
 
 
 def step_stats(
@@ -90,9 +75,9 @@ def step_stats(
     step, step_ms, timings = resolved.step, resolved.step_ms, resolved.timings
     fwd_bwd_ms = resolved.fwd_bwd_ms if resolved.fwd_bwd_ms is not None else math.nan
     step_bytes = sum(t.bytes for t in timings)
-    comm_ms = busy_ms((t.done_ms - t.time_ms, t.done_ms) for t in timings)
+    comm_ms = busy_ms(interval for t in timings for interval in t.intervals)
     comm_s = comm_ms / 1e3
-    tail_ms = max(t.done_ms for t in timings) - max(t.ready_ms for t in timings) if timings else 0.0
+    tail_ms = max(t.finished_ms for t in timings) - max(t.ready_ms for t in timings) if timings else 0.0
     samples_per_s = samples_per_step / (step_ms / 1e3) if step_ms > 0 else math.nan
     # A calibration step is itself the compute-only reference: no exposure of its own.
     exposed_ms, overlap_pct = exposure(fwd_bwd_ms, math.nan if calibration else compute_only_ms, comm_ms)
@@ -104,6 +89,7 @@ def step_stats(
         buckets=len(timings),
         bytes=step_bytes,
         comm_ms=comm_ms,
+        codec_ms=sum(t.codec_ms for t in timings),
         algbw_gbps=algbw_gbps(step_bytes, comm_s),
         busbw_gbps=busbw_gbps("all_reduce", step_bytes, comm_s, world_size),
         max_bucket_ms=max((t.time_ms for t in timings), default=0.0),
@@ -111,20 +97,22 @@ def step_stats(
         fwd_bwd_ms=fwd_bwd_ms,
         exposed_ms=exposed_ms,
         overlap_pct=overlap_pct,
+        interference_ms=exposed_ms - tail_ms,
         calibration=calibration,
     )
 
 
 class BoundedSamples:
-    """Keeps every value up to `capacity`, then a uniform reservoir sample (Algorithm R)."""
+    """Keeps every value up to `capacity`, then a uniform reservoir sample (Algorithm R). Values are floats,
+    or tuples for `exposure_inputs` (whose percentiles are never asked for)."""
 
     def __init__(self, capacity: int = MAX_SAMPLES) -> None:
         self.capacity = capacity
-        self.values: list[float] = []
+        self.values: list = []
         self.seen = 0
         self._rng = random.Random(0)  # seeded: the same run's values give the same sample
 
-    def add(self, value: float) -> None:
+    def add(self, value: float | tuple) -> None:
         self.seen += 1
         if len(self.values) < self.capacity:
             self.values.append(value)
@@ -148,8 +136,8 @@ class BucketSummary:
     dtype: str = ""
     first_param: str = ""
     last_param: str = ""
-    times_ms: BoundedSamples = field(default_factory=BoundedSamples)
-    exec_reported: bool = False
+    times_ms: BoundedSamples = field(default_factory=BoundedSamples)  # communication only
+    codec_ms: BoundedSamples = field(default_factory=BoundedSamples)  # the hook's own compute
 
 
 @dataclass
@@ -159,40 +147,44 @@ class RunAggregate:
     world_size: int
     step_ms: BoundedSamples = field(default_factory=BoundedSamples)
     comm_ms: BoundedSamples = field(default_factory=BoundedSamples)
+    codec_ms: BoundedSamples = field(default_factory=BoundedSamples)
     max_bucket_ms: BoundedSamples = field(default_factory=BoundedSamples)
     tail_ms: BoundedSamples = field(default_factory=BoundedSamples)
     samples_per_s: BoundedSamples = field(default_factory=BoundedSamples)
     fwd_bwd_ms: BoundedSamples = field(default_factory=BoundedSamples)
-    exposed_ms: BoundedSamples = field(default_factory=BoundedSamples)
-    overlap_pct: BoundedSamples = field(default_factory=BoundedSamples)
+    between_steps_ms: BoundedSamples = field(default_factory=BoundedSamples)
+    # (step, forward + backward ms, comm ms, tail ms) of measured steps: exposure is judged at the end against the
+    # calibration samples nearest each step on either side (exposure_estimate.py).
+    exposure_inputs: BoundedSamples = field(default_factory=BoundedSamples)
     compute_only_ms: float = math.nan
     step_bytes: int = 0
     steps_logged: int = 0
     steps_measured: int = 0
+    time_source: str = ""
     buckets: dict[int, BucketSummary] = field(default_factory=dict)
 
-    def add(self, stats: StepStats, timings: Sequence[BucketTiming], contents: dict[int, BucketContents]) -> None:
+    def add(self, stats: StepStats, resolved: ResolvedStep, contents: dict[int, BucketContents]) -> None:
         self.steps_logged += 1
+        self.time_source = resolved.source
+        if resolved.gap_ms is not None:
+            self.between_steps_ms.add(resolved.gap_ms)
         if stats.warmup or stats.calibration:
             return
         self.steps_measured += 1
         self.step_ms.add(stats.step_ms)
         self.comm_ms.add(stats.comm_ms)
+        self.codec_ms.add(stats.codec_ms)
         self.max_bucket_ms.add(stats.max_bucket_ms)
         self.tail_ms.add(stats.tail_ms)
         self.samples_per_s.add(stats.samples_per_s)
-        for samples, value in (
-            (self.fwd_bwd_ms, stats.fwd_bwd_ms),
-            (self.exposed_ms, stats.exposed_ms),
-            (self.overlap_pct, stats.overlap_pct),
-        ):
-            if not math.isnan(value):
-                samples.add(value)
+        if not math.isnan(stats.fwd_bwd_ms):
+            self.fwd_bwd_ms.add(stats.fwd_bwd_ms)
+            self.exposure_inputs.add((stats.step, stats.fwd_bwd_ms, stats.comm_ms, stats.tail_ms))
         self.step_bytes = stats.bytes
-        for t in timings:
+        for t in resolved.timings:
             summary = self.buckets.setdefault(t.index, BucketSummary(t.index))
             summary.num_params, summary.numel, summary.bytes, summary.dtype = t.num_params, t.numel, t.bytes, t.dtype
             if t.index in contents:
                 summary.first_param, summary.last_param = contents[t.index].first_param, contents[t.index].last_param
             summary.times_ms.add(t.time_ms)
-            summary.exec_reported = t.exec_ms is not None
+            summary.codec_ms.add(t.codec_ms)

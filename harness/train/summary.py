@@ -13,9 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from harness.common.metrics import algbw_gbps, busbw_gbps
 from harness.common.names import DEFAULT_BUCKET_CAP_MB, MB, SUMMARY_FILE, WARMUP_STEPS
 from harness.common.run_info import json_safe, run_info
+from harness.train.exposure_estimate import estimate_exposure, reference_ms
 from harness.train.step_stats import RunAggregate
 
 
@@ -28,11 +31,18 @@ def build_summary(
     completed: bool,
     reason: str = "",
     ddp_logging: dict[str, Any] | None = None,
-    calibration_samples_ms: list[float] | None = None,
+    calibration_samples: list[tuple[int, float]] | None = None,
+    calibration_every: int = 0,
     last_rank_spread: dict[str, Any] | None = None,
     overhead_s: dict[str, float] | None = None,
+    bootstrap_draws: int = 1000,
 ) -> dict[str, Any]:
-    """Everything a later comparison needs, as plain JSON types. Warm-up steps are excluded."""
+    """Everything a later comparison needs, as plain JSON types. Warm-up and calibration steps are excluded.
+
+    Exposed communication is judged here, step by step, against the calibration samples nearest each step on
+    either side, with its 95 % interval (exposure_estimate.py); the per-step TensorBoard series could only use
+    the samples taken before each step."""
+    calibration_samples = calibration_samples or []
     buckets = []
     for index in sorted(aggregate.buckets):
         b = aggregate.buckets[index]
@@ -49,28 +59,49 @@ def build_summary(
                 "time_ms_p50": p50,
                 "time_ms_p90": b.times_ms.percentile(90),
                 "busbw_gbps_p50": busbw_gbps("all_reduce", b.bytes, p50 / 1e3, world_size),
-                "time_source": "nccl_exec" if b.exec_reported else "ready_to_done",
+                "codec_ms_p50": b.codec_ms.percentile(50),
+                "time_source": aggregate.time_source,
             }
         )
     comm_p50 = aggregate.comm_ms.percentile(50)
     step_p50 = aggregate.step_ms.percentile(50)
+    exposure_steps = aggregate.exposure_inputs.values
+    steps = [row[0] for row in exposure_steps]
+    fwd_bwd = np.array([row[1] for row in exposure_steps], dtype=float)
+    tails = np.array([row[3] for row in exposure_steps], dtype=float)
+    estimate = estimate_exposure(
+        steps,
+        fwd_bwd,
+        [row[2] for row in exposure_steps],
+        calibration_samples,
+        step_p50,
+        draws=bootstrap_draws,
+    )
+    exposed = fwd_bwd - reference_ms(steps, calibration_samples) if steps else np.array([])
+    measured = np.isfinite(exposed)
+    interference = exposed[measured] - tails[measured]
+    exposed = exposed[measured]
     totals = {
         "steps_measured": aggregate.steps_measured,
         "warmup_steps": min(WARMUP_STEPS, aggregate.steps_logged),
-        "calibration_steps": len(calibration_samples_ms or []),
+        "calibration_steps": len(calibration_samples),
+        "calibration_every": calibration_every,
         "bytes_per_step": aggregate.step_bytes,
         "step_ms_p50": step_p50,
         "step_ms_p90": aggregate.step_ms.percentile(90),
         "samples_per_s_p50": aggregate.samples_per_s.percentile(50),
         "comm_ms_p50": comm_p50,
         "comm_ms_p90": aggregate.comm_ms.percentile(90),
+        "codec_ms_p50": aggregate.codec_ms.percentile(50),
         "max_bucket_ms_p50": aggregate.max_bucket_ms.percentile(50),
         "tail_ms_p50": aggregate.tail_ms.percentile(50),
         "compute_only_ms": aggregate.compute_only_ms,
         "fwd_bwd_ms_p50": aggregate.fwd_bwd_ms.percentile(50),
-        "exposed_ms_p50": aggregate.exposed_ms.percentile(50),
-        "exposed_ms_p90": aggregate.exposed_ms.percentile(90),
-        "overlap_pct_p50": aggregate.overlap_pct.percentile(50),
+        **estimate.as_dict(),
+        "exposed_ms_p90": float(np.percentile(exposed, 90)) if exposed.size else math.nan,
+        "interference_ms_p50": float(np.percentile(interference, 50)) if interference.size else math.nan,
+        "time_source": aggregate.time_source,
+        "between_steps_ms_p50": aggregate.between_steps_ms.percentile(50),
         "algbw_gbps_p50": algbw_gbps(aggregate.step_bytes, comm_p50 / 1e3),
         "busbw_gbps_p50": busbw_gbps("all_reduce", aggregate.step_bytes, comm_p50 / 1e3, world_size),
         "comm_share_of_step_p50": comm_p50 / step_p50 if step_p50 and not math.isnan(step_p50) else math.nan,
@@ -85,7 +116,8 @@ def build_summary(
         "totals": totals,
         "buckets": buckets,
         "ddp_logging": ddp_logging or {},
-        "calibration_samples_ms": calibration_samples_ms or [],
+        "calibration_samples_ms": [ms for _, ms in calibration_samples],
+        "calibration_sample_steps": [step for step, _ in calibration_samples],
         "last_rank_spread": last_rank_spread,
         "overhead_s": overhead_s or {},
         **run_info(),
@@ -150,40 +182,51 @@ def format_table(summary: dict[str, Any]) -> str:
     unit = summary["sample_unit"]
     header = (
         f"{'bucket':>6} {'params':>7} {'first layer':<{NAME_WIDTH}} {'last layer':<{NAME_WIDTH}} {'MB':>9} "
-        f"{'p50 ms':>9} {'p90 ms':>9} {'busbw GB/s':>10}"
+        f"{'p50 ms':>9} {'p90 ms':>9} {'busbw GB/s':>10} {'codec ms':>9}"
     )
     lines = [
         f"# Gradient communication: {summary['world_size']} ranks, {summary['backend']}, "
         f"{t['steps_measured']} steps measured after {t['warmup_steps']} warm-up and "
-        f"{t['calibration_steps']} calibration",
+        f"{t['calibration_steps']} calibration; bucket times are collectives only ({t.get('time_source')}), "
+        "codec is the hook's own compute",
         header,
     ]
     for b in summary["buckets"]:
         lines.append(
             f"{b['index']:>6} {b['num_params']:>7} {_short(b['first_param']):<{NAME_WIDTH}} "
             f"{_short(b['last_param']):<{NAME_WIDTH}} "
-            f"{b['bytes'] / MB:>9.2f} {b['time_ms_p50']:>9.3f} {b['time_ms_p90']:>9.3f} {b['busbw_gbps_p50']:>10.2f}"
+            f"{b['bytes'] / MB:>9.2f} {b['time_ms_p50']:>9.3f} {b['time_ms_p90']:>9.3f} {b['busbw_gbps_p50']:>10.2f} "
+            f"{b['codec_ms_p50']:>9.3f}"
         )
     lines += [
         f"# step p50 {t['step_ms_p50']:.2f} ms (p90 {t['step_ms_p90']:.2f}), {t['samples_per_s_p50']:.1f} {unit}s/s",
         f"# comm p50 {t['comm_ms_p50']:.2f} ms per step (p90 {t['comm_ms_p90']:.2f}) for "
         f"{t['bytes_per_step'] / MB:.2f} MB, busbw {t['busbw_gbps_p50']:.2f} GB/s, slowest bucket "
-        f"{t['max_bucket_ms_p50']:.2f} ms, tail {t['tail_ms_p50']:.2f} ms",
+        f"{t['max_bucket_ms_p50']:.2f} ms; codec {t['codec_ms_p50']:.2f} ms per step",
     ]
     if not math.isnan(t["exposed_ms_p50"]):
-        lines.append(
-            f"# exposed p50 {t['exposed_ms_p50']:.2f} ms per step (compute-only forward+backward "
-            f"{t['compute_only_ms']:.2f} ms, with communication {t['fwd_bwd_ms_p50']:.2f} ms), "
-            f"overlap {t['overlap_pct_p50']:.1f} %"
-        )
+        lo, hi = t["exposed_ms_ci95"]
+        olo, ohi = t["overlap_pct_ci95"]
+        lines += [
+            f"# exposed p50 {t['exposed_ms_p50']:.2f} ms per step, 95 % interval [{lo:.2f}, {hi:.2f}] "
+            f"(= tail {t['tail_ms_p50']:.2f} + interference {t['interference_ms_p50']:.2f}); overlap "
+            f"{t['overlap_pct_p50']:.1f} % [{olo:.1f}, {ohi:.1f}]; compute-only forward+backward "
+            f"{t['compute_only_ms']:.2f} ms from {t['calibration_steps']} samples, with communication "
+            f"{t['fwd_bwd_ms_p50']:.2f} ms",
+            f"# {t['exposure_verdict']}",
+        ]
+    elif t.get("exposure_verdict"):
+        lines.append(f"# {t['exposure_verdict']}")
     overhead = summary.get("overhead_s") or {}
     if overhead.get("all_steps"):
-        spent = overhead["calibration"] + overhead["rank_gathers"]
+        between = overhead.get("between_steps", 0.0)
+        run_s = overhead["all_steps"] + between
         lines.append(
             f"# harness overhead: calibration {overhead['calibration']:.3f} s ({t['calibration_steps']} of "
-            f"{t['steps_measured'] + t['warmup_steps'] + t['calibration_steps']} steps), "
-            f"rank gathers {overhead['rank_gathers'] * 1e3:.1f} ms ({overhead['gathers']}): "
-            f"{100 * spent / overhead['all_steps']:.2f} % of the run's {overhead['all_steps']:.1f} s of steps"
+            f"{t['steps_measured'] + t['warmup_steps'] + t['calibration_steps']} steps), work between steps "
+            f"{between:.3f} s ({t['between_steps_ms_p50']:.2f} ms a step, rank gathers "
+            f"{overhead['rank_gathers'] * 1e3:.1f} ms of it in {overhead['gathers']}): "
+            f"{100 * (overhead['calibration'] + between) / run_s:.2f} % of the run's {run_s:.1f} s"
         )
     if summary["world_size"] == 1:
         lines.append("# world size 1: busbw is 0 by definition (no data crosses a link)")
@@ -224,6 +267,19 @@ def log_hparams(logger: Any, summary: dict[str, Any]) -> None:
 BUCKET_BAND_STEPS = 20
 
 
+# The run's exposed p50 and its 95 % interval, written with each summary (every SUMMARY_EVERY_S and at the end),
+# in a margin chart's (value, lower, upper) order.
+EXPOSED_INTERVAL_TAGS = ("comm/exposed_ms_p50", "comm/exposed_ms_ci95_low", "comm/exposed_ms_ci95_high")
+
+
+def interval_scalars(totals: dict[str, Any]) -> dict[str, float]:
+    """The exposed interval's scalars from a summary's totals ({} where exposure was not measured)."""
+    p50, (low, high) = totals.get("exposed_ms_p50", math.nan), totals.get("exposed_ms_ci95", (math.nan, math.nan))
+    if not all(math.isfinite(v) for v in (p50, low, high)):
+        return {}
+    return dict(zip(EXPOSED_INTERVAL_TAGS, (p50, low, high), strict=True))
+
+
 def bucket_band_tags(index: int) -> tuple[str, str, str]:
     """The (p50, p10, p90) tags of bucket `index`'s time band, in a margin chart's (value, lower, upper) order."""
     prefix = f"comm/bucket_{index:02d}/time_ms"
@@ -238,7 +294,9 @@ def add_custom_scalar_layout(writer: Any, bucket_indices: Sequence[int]) -> None
         {
             "step": {
                 "time and throughput": ["Multiline", ["step/time_ms", "comm/time_ms", "comm/tail_ms"]],
-                "exposed communication": ["Multiline", ["comm/exposed_ms", "comm/time_ms"]],
+                "exposed communication": ["Multiline", ["comm/exposed_ms", "comm/time_ms", "comm/codec_ms"]],
+                "exposed: tail and interference": ["Multiline", ["comm/tail_ms", "comm/interference_ms"]],
+                "exposed p50, 95 % interval (run so far)": ["Margin", list(EXPOSED_INTERVAL_TAGS)],
                 "overlap %": ["Multiline", ["comm/overlap_pct"]],
                 "samples/s": ["Multiline", ["step/samples_per_s"]],
             },

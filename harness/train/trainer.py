@@ -35,7 +35,6 @@ def prepare_process_env(cfg: TrainConfig) -> None:
     """Environment that must be in place before the process group exists (and for child processes)."""
     dist_env.apply_safe_nccl_env()
     if cfg.use_gpu:
-        os.environ.update(dist_env.NCCL_TIMING_ENV)
         for key, value in NCCL_ERROR_HANDLING_ENV.items():
             if os.environ.get(key, "0") == "0":
                 os.environ[key] = value
@@ -77,6 +76,7 @@ def build_trainer(
         powersgd_rank=cfg.powersgd_rank,
         bucket_cap_mb=cfg.bucket_cap_mb,
         calibration_steps=cfg.calibration_steps,
+        calibration_every=cfg.calibration_every,
         gather_every=cfg.gather_every,
     )
     logger = TensorBoardLogger(
