@@ -216,29 +216,17 @@ def _nccl_world_of_one(tmp_path) -> None:
     if dist.is_initialized():  # an earlier GPU test in this process made it
         return
     os.environ.update(NVLS_OFF_ENV)
+    # NCCL's own per-kernel timing, the ground truth of test_nccl_bucket_time_agrees_with_nccls_own_timing
+    # (read only by the test; it must be set before the process group exists).
+    os.environ["TORCH_NCCL_ENABLE_TIMING"] = "1"
     torch.cuda.set_device(0)
     store = dist.FileStore(str(tmp_path / "nccl-store"), 1)
     dist.init_process_group("nccl", store=store, rank=0, world_size=1)
 
 
-def _gpu_steps(ddps: list[DDP], state: TimedHookState | None, steps: int, batch: int = 4, size: int = 8) -> None:
-    """`steps` forward/backward passes of every DDP in `ddps` on one fixed batch, stamping steps with `state`."""
-    device = torch.device("cuda", 0)
-    x = torch.randn(batch, 3, size, size, device=device)
-    y = torch.randint(0, 10, (batch,), device=device)
-    on_step = _next_step(state) if state is not None else None
-    for step in range(steps):
-        if on_step:
-            on_step(step)
-        for ddp in ddps:
-            torch.nn.functional.cross_entropy(ddp(x), y).backward()
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_nccl_path_keeps_numerics_and_comm_time_matches_the_profiler(tmp_path):
-    """Bucket comm time from CUDA events and the serial-stream rule, against NCCL's own kernels as a
-    torch.profiler trace records them (ground truth no one here wrote)."""
+def test_nccl_path_keeps_numerics(tmp_path):
     _nccl_world_of_one(tmp_path)
     device = torch.device("cuda", 0)
     reference = DDP(_small_model().to(device), device_ids=[0], bucket_cap_mb=SMALL_BUCKET_MB)
@@ -262,23 +250,48 @@ def test_nccl_path_keeps_numerics_and_comm_time_matches_the_profiler(tmp_path):
     assert all(0 <= t.ready_ms <= t.done_ms <= t.finished_ms for t in timings)
     assert all(r.step_ms > 0 for r in resolved)
 
-    # A model with large buckets, so NCCL's kernels last long enough to compare (tens of µs and more).
-    big = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 4096), torch.nn.Linear(4096, 2048))
-    big_ddp = DDP(big.to(device), device_ids=[0], bucket_cap_mb=8)
-    big_state = make_hook_state("allreduce", big_ddp.module, use_cuda=True)
-    register_timed_hook(big_ddp, big_state)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        _gpu_steps([big_ddp], big_state, STEPS)
-        torch.cuda.synchronize()
-    resolved = _resolve_all(big_state)
-    ours = [t.comm_ms for r in resolved[2:] for t in r.timings]
-    kernels = [e for e in prof.events() if "nccl" in e.name.lower() and e.device_type.name == "CUDA"]
-    assert kernels, f"no NCCL kernel in the trace: {sorted({e.name for e in prof.events()})[:20]}"
-    per_step = len(kernels) // STEPS
-    theirs = [k.device_time / 1e3 for k in kernels[-per_step * (STEPS - 2) :]]
-    assert len(theirs) == len(ours), (theirs, ours)
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_nccl_bucket_time_agrees_with_nccls_own_timing(tmp_path, monkeypatch):
+    """Bucket comm time from CUDA events and the serial-stream rule, against NCCL's own execution time
+    (`work._get_duration()`, which needs TORCH_NCCL_ENABLE_TIMING before the group exists). The test keeps the
+    Works itself; the hook does not. At world size 1 NCCL moves nothing (no kernel runs; a torch.profiler trace
+    shows none), so this checks that the events leave out the backward compute around each collective: the
+    model's layers take milliseconds, the collectives microseconds."""
+    _nccl_world_of_one(tmp_path)
+    if os.environ.get("TORCH_NCCL_ENABLE_TIMING") != "1" or dist.get_backend() != "nccl":
+        pytest.skip("the process group was made before NCCL timing could be switched on")
+    from harness.train import hook as hook_module
+
+    works: list[dist.Work] = []
+    launch = hook_module._all_reduce_sum
+
+    def keep_work(tensor: torch.Tensor, group: dist.ProcessGroup) -> dist.Work:
+        works.append(launch(tensor, group))
+        return works[-1]
+
+    monkeypatch.setattr(hook_module, "_all_reduce_sum", keep_work)
+    device = torch.device("cuda", 0)
+    torch.manual_seed(0)
+    big = torch.nn.Sequential(torch.nn.Flatten(), *[torch.nn.Linear(4096, 4096) for _ in range(6)])
+    ddp = DDP(big.to(device), device_ids=[0], bucket_cap_mb=64)
+    state = make_hook_state("allreduce", ddp.module, use_cuda=True)
+    register_timed_hook(ddp, state)
+    x = torch.randn(8192, 4096, device=device)
+    on_step = _next_step(state)
+    for step in range(STEPS):
+        on_step(step)
+        ddp(x).square().mean().backward()
+    torch.cuda.synchronize()
+    resolved = _resolve_all(state)
+    ours = [t.comm_ms for r in resolved for t in r.timings]
+    theirs = [float(w._get_duration()) for w in works]
+    assert len(ours) == len(theirs) > STEPS, (ours, theirs)
+    compute_ms = [r.fwd_bwd_ms or r.step_ms for r in resolved]
     for mine, nccl in zip(ours, theirs, strict=True):
-        assert abs(mine - nccl) <= max(0.02, 0.25 * nccl), f"bucket comm {mine:.4f} ms, NCCL kernel {nccl:.4f} ms"
+        # The floor of the method: one CUDA event pair across two stream waits, tens of µs on a busy host.
+        assert abs(mine - nccl) <= 0.15, f"bucket comm {mine:.4f} ms, NCCL's own {nccl:.4f} ms ({compute_ms} ms steps)"
 
 
 @pytest.mark.gpu

@@ -107,6 +107,14 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     assert summary["settings"]["model"] == "resnet_tiny"
     assert summary["versions"]["torch"] and "lightning" in summary["versions"]
     assert summary["ddp_logging"]["comm_hook"] == "timed_allreduce_hook"
+    # DDP's own comm time, read at the iterations it sampled (steps 0–9 here), against the harness's span on
+    # the measured ones among them: DDP's window starts before the hook is entered and ends after it finalised
+    # backward, so it holds the harness's span and a little more.
+    check = summary["ddp_crosscheck"]
+    assert check["compared_steps"] == len([s for s in measured_steps if s <= 9]), check
+    assert sorted(int(s) for s in check["ratios_by_step"]) == [s for s in measured_steps if s <= 9]
+    assert 0.98 <= check["median_ratio"] <= 1.5, check
+    assert check["excluded_samples"] == 5 and not check["mismatches"], check  # steps 0, 1 (warm-up), 2, 3, 6
     assert summary["calibration_sample_steps"] == calibration_steps and len(summary["calibration_samples_ms"]) == 4
     assert totals["compute_only_ms"] > 0 and totals["calibration_every"] == 4
     low, high = totals["exposed_ms_ci95"]

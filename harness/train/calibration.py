@@ -38,6 +38,7 @@ class Calibration:
         self.steps = steps  # the first block; 0 turns calibration off
         self.every = every if steps > 0 else 0  # then one step in every `every`; 0: the block only
         self.samples: list[tuple[int, float]] = []
+        self._latest_reference = (0, math.nan)  # (samples it was computed from, value)
 
     def is_calibration_step(self, step: int) -> bool:
         if self.steps == 0 or step < self.first_step:
@@ -60,9 +61,14 @@ class Calibration:
 
     def reference_ms(self, step: int) -> float:
         """The compute-only forward + backward to judge `step` by: the median of the samples so far nearest to
-        it; NaN until the first block is complete."""
+        it; NaN until the first block is complete. Called every step, so the common case (a step after every
+        sample so far, whose nearest are the latest) is computed once per new sample."""
         if self.steps == 0 or len(self.samples) < self.steps:
             return math.nan
+        if self.samples[-1][0] <= step:
+            if self._latest_reference[0] != len(self.samples):
+                self._latest_reference = (len(self.samples), float(reference_ms([step], self.samples)[0]))
+            return self._latest_reference[1]
         return float(reference_ms([step], self.samples)[0])
 
     @property

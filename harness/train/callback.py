@@ -40,6 +40,7 @@ from harness.common.failures import (
 )
 from harness.train import summary as run_summary
 from harness.train.calibration import Calibration, zero_gradients
+from harness.train.ddp_crosscheck import DDPStatsReader, compare_comm, ddp_samples_iteration, harness_comm_span_ms
 from harness.train.failure_naming import step_activity, stop_reason
 from harness.train.hook import TimedHookState, make_hook_state, max_bucket_count, register_timed_hook
 from harness.train.rank_gather import RankGatherer, RankSpread
@@ -107,6 +108,9 @@ class CommTimingCallback(pl.Callback):
         self.keep_failure = ""  # why what was measured could not be kept, when it could not
         self._stopping = False  # in on_exception: an output that fails now must not stop the keeping
         self.buffer_bytes = 0  # what DDP broadcasts from rank 0 before every forward (BatchNorm statistics)
+        # DDP's own sampled statistics, read at the steps it sampled, and the harness's span on those steps.
+        self.ddp_reader: DDPStatsReader | None = None
+        self._ddp_spans: dict[int, float] = {}
 
     # -- what is running ----------------------------------------------------------------------------
 
@@ -141,13 +145,17 @@ class CommTimingCallback(pl.Callback):
             max_buckets=max_bucket_count(ddp_model.module, self.bucket_cap_mb),
         )
         register_timed_hook(ddp_model, self.state)
+        try:
+            self.ddp_reader = DDPStatsReader(ddp_model)
+        except ValueError:  # DDP ran forwards before fit (not in train.py): no step-by-step cross-check
+            self.ddp_reader = None
         self.buffer_bytes = sum(b.numel() * b.element_size() for b in ddp_model.module.buffers())
         self.aggregate = RunAggregate(world_size=self.world_size)
         if 0 < trainer.max_steps <= self.calibration.first_step + self.calibration.steps:
             if trainer.is_global_zero:
                 print(f"# {trainer.max_steps} steps leave none after warm-up and calibration: exposed time is off")
             self.calibration = Calibration(0)
-        if self.gather_every > 0:
+        if self.gather_every > 0 and self.world_size > 1:  # one rank has no skew to gather
             self.gatherer = RankGatherer(self.world_size)
         if trainer.is_global_zero and trainer.logger is not None:
             self._step_log = StepLog(trainer.logger.experiment, self.world_size)
@@ -174,6 +182,8 @@ class CommTimingCallback(pl.Callback):
         # Backward is over and DDP has waited for every bucket's collective: what lies between the step's
         # start and here, beyond the compute-only time, is exposed communication.
         self.state.mark_backward_end()
+        if self.ddp_reader is not None:
+            self.ddp_reader.poll(self.state.step)
         if self.state.skip_communication:
             zero_gradients(pl_module.parameters())
 
@@ -210,6 +220,12 @@ class CommTimingCallback(pl.Callback):
             calibrating,
         )
         self.aggregate.add(stats, resolved, self.state.bucket_contents)
+        if self.ddp_reader is not None and ddp_samples_iteration(resolved.step + 1, self.ddp_reader.sample_rate):
+            span = harness_comm_span_ms(
+                (t.ready_ms for t in resolved.timings), (t.finished_ms for t in resolved.timings)
+            )
+            if span is not None:
+                self._ddp_spans[resolved.step] = span
         self.last_stats = stats
         spread = None
         measured = not (stats.warmup or calibrating)
@@ -327,6 +343,7 @@ class CommTimingCallback(pl.Callback):
             completed=completed,
             reason=reason,
             ddp_logging=run_summary.ddp_logging(trainer.strategy.model),
+            ddp_crosscheck=self._ddp_crosscheck(),
             calibration_samples=self.calibration.samples,
             calibration_every=self.calibration.every,
             bootstrap_draws=BOOTSTRAP_DRAWS if final else PARTIAL_BOOTSTRAP_DRAWS,
@@ -358,6 +375,25 @@ class CommTimingCallback(pl.Callback):
 
             self._write_events(write)
         self._final_summary_written = True
+
+    def _ddp_crosscheck(self) -> dict[str, Any]:
+        """DDP's own comm time against the harness's span on the measured steps DDP sampled (warm-up and
+        calibration steps left out)."""
+        if self.ddp_reader is None:
+            return {}
+        excluded = {
+            s for s in self._ddp_spans if s < self.calibration.first_step or self.calibration.is_calibration_step(s)
+        }
+        agreement = compare_comm(self.ddp_reader.samples, self._ddp_spans, excluded)
+        return {
+            "compared_steps": agreement.compared,
+            "median_ratio": agreement.median_ratio,
+            "median_excess_ms": agreement.median_excess_ms,
+            "ratios_by_step": {str(step): ratio for step, ratio in agreement.ratios.items()},
+            "excluded_samples": agreement.excluded,
+            "unmatched_samples": agreement.unmatched,
+            "mismatches": self.ddp_reader.mismatches[:5],
+        }
 
     # -- progress bar -------------------------------------------------------------------------------
 
