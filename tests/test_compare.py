@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 # Two runs that differ in what travels: a small bucket cap with DDP's averaging, and fp16 compression.
 VARIANTS = {"bucket0.5": ["--bucket-cap-mb", "0.5"], "fp16": ["--comm-hook", "fp16"]}
 RUN_TIMEOUT_S = 240
-PCT_METRICS = ("samples_per_s", "step_ms", "comm_ms", "exposed_ms")
+PCT_METRICS = ("samples_per_s", "step_ms", "comm_ms", "exposed_ms", "codec_ms")
 
 
 def make_runs(logdir: Path, variants: dict[str, list[str]]) -> dict[str, Path]:
@@ -133,7 +133,9 @@ def test_rows_from_loaded_data():
     assert [r.name for r in rows] == ["a/base", "z/other"]
     b, o = rows
     assert b.is_baseline and not o.is_baseline
-    assert b.changes == {"samples_per_s": 0.0, "step_ms": 0.0, "comm_ms": 0.0, "exposed_ms": 0.0, "overlap_pct": 0.0}
+    assert b.changes == {
+        "samples_per_s": 0.0, "step_ms": 0.0, "comm_ms": 0.0, "exposed_ms": 0.0, "overlap_pct": 0.0, "codec_ms": None
+    }, "codec time is not in this summary: unknown"  # fmt: skip
     assert o.changes["samples_per_s"] == pytest.approx(25.0)
     assert o.changes["step_ms"] == pytest.approx(-20.0)
     assert o.changes["comm_ms"] == pytest.approx(-50.0)
@@ -305,6 +307,11 @@ def test_real_runs_deltas_match_their_summaries(real_runs):
             if name == "fp16":  # the printed table shows the same change, rounded
                 line = next(line for line in proc.stdout.splitlines() if line.startswith(names[name]))
                 assert f"{expected:+.1f}%" in line, (key, line)
+        # The exposed interval and the codec time come from summary.json as they are.
+        low, high = totals["exposed_ms_ci95"]
+        for end, column in ((low, "exposed_ms_ci95_low"), (high, "exposed_ms_ci95_high")):
+            assert record[column] == ("" if end is None else repr(float(end))), column
+        assert record["codec_ms"] == repr(float(totals["codec_ms_p50"]))
         if totals.get("overlap_pct_p50") is not None and base_totals.get("overlap_pct_p50") is not None:
             expected = totals["overlap_pct_p50"] - base_totals["overlap_pct_p50"]
             assert float(record["overlap_pct_change_pt"]) == pytest.approx(expected, abs=1e-9)

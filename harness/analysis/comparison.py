@@ -44,6 +44,7 @@ METRICS = (
     Metric("step_ms", "step ms", "step/time_ms", "pct"),
     Metric("comm_ms", "comm ms", "comm/time_ms", "pct"),
     Metric("exposed_ms", "exposed ms", "comm/exposed_ms", "pct", nonnegative=False),
+    Metric("codec_ms", "codec ms", "comm/codec_ms", "pct"),
     Metric("overlap_pct", "overlap %", "comm/overlap_pct", "pt", ".1f", nonnegative=False),
     Metric("busbw_gbps", "busbw GB/s", None, None),  # from bytes over the median comm time, never averaged
 )
@@ -71,6 +72,9 @@ class Row:
     complete: bool
     note: str
     is_baseline: bool = False
+    # exposed ms's 95 % interval from summary.json (None: not known, or a group of runs); an end is None when
+    # the interval is unbounded there (one calibration sample)
+    exposed_ci95: tuple[float | None, float | None] | None = None
     runs: int = 1  # with --group-repeats: how many runs this row is the median of
     step_spread_pct: float | None = None  # with --group-repeats: (max − min) / median of the runs' step ms, %
 
@@ -243,7 +247,13 @@ def _run_row(run: RunData) -> Row:
         sample_unit=(run.summary or {}).get("sample_unit"),
         complete=complete,
         note="; ".join(filter(None, [note, *value_notes])),
+        exposed_ci95=_interval((run.summary or {}).get("totals", {}).get("exposed_ms_ci95")),
     )
+
+
+def _interval(value: list[float | None] | None) -> tuple[float | None, float | None] | None:
+    """A checked [low, high] from summary.json (runs.read_summary) as a tuple; None where absent."""
+    return (value[0], value[1]) if value is not None else None
 
 
 def _group_row(name: str, members: Sequence[RunData]) -> Row:

@@ -41,6 +41,14 @@ def format_change(value: float | None, kind: str) -> str:
     return f"{text}%" if kind == "pct" else f"{text} pt"
 
 
+def format_interval(interval: tuple[float | None, float | None] | None, spec: str = "") -> str:
+    """[low, high] for a table; an unbounded end is ∓∞, an unknown interval MISSING."""
+    if interval is None:
+        return MISSING
+    low, high = (format_number(end, spec) if end is not None else None for end in interval)
+    return f"[{low or '-∞'}, {high or '∞'}]"
+
+
 def table_cells(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
     """Header and cells shared by the text and Markdown tables."""
     units = {r.sample_unit for r in rows if r.sample_unit}
@@ -53,6 +61,8 @@ def table_cells(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
         header.append(rate if metric.key == "samples_per_s" else metric.header)
         if metric.change:
             header.append("Δ %" if metric.change == "pct" else "Δ pt")
+        if metric.key == "exposed_ms":
+            header.append("exposed 95 %")
     header.append("status")
     cells = []
     for row in rows:
@@ -63,6 +73,8 @@ def table_cells(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
             line.append(format_number(row.values[metric.key], metric.spec))
             if metric.change:
                 line.append("base" if row.is_baseline else format_change(row.changes[metric.key], metric.change))
+            if metric.key == "exposed_ms":
+                line.append(format_interval(row.exposed_ci95, metric.spec))
         line.append("done" if row.complete else "incomplete")
         cells.append(line)
     return header, cells
@@ -123,6 +135,8 @@ def format_csv(rows: Sequence[Row]) -> str:
         columns.append(metric.key)
         if metric.change:
             columns.append(f"{metric.key}_change_{metric.change}")
+        if metric.key == "exposed_ms":
+            columns += ["exposed_ms_ci95_low", "exposed_ms_ci95_high"]
     columns += ["baseline", "complete", "note"]
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
@@ -139,6 +153,8 @@ def format_csv(rows: Sequence[Row]) -> str:
             record[metric.key] = _csv_number(row.values[metric.key])
             if metric.change:
                 record[f"{metric.key}_change_{metric.change}"] = _csv_number(row.changes[metric.key])
+        low, high = row.exposed_ci95 or (None, None)
+        record.update(exposed_ms_ci95_low=_csv_number(low), exposed_ms_ci95_high=_csv_number(high))
         record.update(baseline=row.is_baseline, complete=row.complete, note=row.note)
         writer.writerow(record)
     return out.getvalue()

@@ -23,6 +23,7 @@ from typing import Any
 from harness.analysis.checked import BadFile, Fields, check_regular, read_json_object
 from harness.common.cli import UsageError
 from harness.common.names import EVENT_FILE_PREFIX, SUMMARY_FILE
+from harness.common.numbers import is_number
 
 # summary.json's totals, each a number >= this minimum (None: any finite number), or null where unknown.
 # Exposed time is negative when communication makes backward faster than the calibration steps (noise), and
@@ -32,8 +33,10 @@ TOTALS_MINIMUM: dict[str, float | None] = {
     "step_ms_p50": 0, "step_ms_p90": 0, "samples_per_s_p50": 0, "comm_ms_p50": 0, "comm_ms_p90": 0,
     "max_bucket_ms_p50": 0, "tail_ms_p50": None, "compute_only_ms": 0, "fwd_bwd_ms_p50": 0,
     "exposed_ms_p50": None, "exposed_ms_p90": None, "overlap_pct_p50": None, "algbw_gbps_p50": 0,
-    "busbw_gbps_p50": 0, "comm_share_of_step_p50": 0,
+    "busbw_gbps_p50": 0, "comm_share_of_step_p50": 0, "codec_ms_p50": 0, "interference_ms_p50": None,
+    "between_steps_ms_p50": None,
 }  # fmt: skip
+INTERVALS = ("exposed_ms_ci95", "overlap_pct_ci95")  # [low, high], each a number or null (unbounded)
 
 
 @dataclass
@@ -63,6 +66,12 @@ def read_summary(path: Path | str) -> dict[str, Any]:
     totals = top.section("totals", required=True)
     for key, minimum in TOTALS_MINIMUM.items():
         totals.number(key, minimum=minimum)
+    for key in INTERVALS:
+        interval = totals.data.get(key)
+        if interval is not None and not (
+            isinstance(interval, list) and len(interval) == 2 and all(v is None or is_number(v) for v in interval)
+        ):
+            raise totals.fail(key, "a list of two numbers (null for an unbounded end), or null")
     seen: set[int] = set()
     for bucket in top.items("buckets"):  # compare needs none; predict asks for at least one
         index = bucket.number("index", integer=True, minimum=0, required=True)
