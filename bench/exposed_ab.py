@@ -19,18 +19,22 @@ Conditions (`--conditions`, comma-separated; default all four):
 
 Each condition runs --pairs pairs (allreduce, noop), the order alternating from pair to pair so that a host
 that drifts favours neither. Every run gets a fresh --logdir and a fixed run name and version, so its
-summary.json is found at <logdir>/<name>/v/summary.json and nowhere else. Each pair is printed (to stderr, a
-line starting with #) as it completes, each condition's Markdown row (to stdout) as soon as its pairs are
-done, and with --out one JSON line per run, per pair and per condition is appended at once (each run's
-numbers also go to stderr as it ends, so an interrupted pair keeps its finished run). Ctrl-C,
-SIGTERM or SIGHUP stop the run in progress (the signal is passed on to train.py, which stops at a step
-boundary), print the row of the condition's finished pairs, and exit 128 + the signal.
+summary.json is found at <logdir>/<name>/v/summary.json and nowhere else.
+
+Nothing measured waits for the end: each run's numbers go to stderr (lines starting with #) as it ends, with
+the host's 1-minute load average then (its own ranks count about 2, the hogs 1 per core; more is other work
+on the host, noise in both estimates); each pair likewise; each condition's Markdown row goes to stdout as
+soon as its pairs are done; with --out, one JSON line per run, pair and condition is appended at once.
+Ctrl-C, SIGTERM or SIGHUP stop the run in progress (the signal is passed on to train.py, which stops at a
+step boundary), print the row of the condition's finished pairs, and exit 128 + the signal.
 
 Columns: the in-run exposed p50 (median over the allreduce runs, with their range), its 95 % interval where
 summary.json has `exposed_ms_ci95` (the median of the runs' bounds), the A/B estimate (median over pairs,
 with their range), in-run / A/B, whether the A/B falls inside the in-run interval (the median A/B inside the
 median interval, and per pair: that pair's A/B inside that pair's allreduce interval), the step p50s of both
-sides, the communication p50, the overlap, the codec time and the verdict where summary.json has them.
+sides, the communication p50, the overlap, the codec time, and in how many allreduce runs the harness called its
+own estimate resolved (`exposure_resolved`; the verdicts' sentences are in the JSON), where summary.json has
+them, and the range of the host's load.
 """
 
 from __future__ import annotations
@@ -64,13 +68,14 @@ CONDITIONS = ("loopback-quiet", "loopback-hog", "shaped-quiet", "shaped-hog")
 MASTER_PORT = 29511  # inside a fresh namespace nothing else listens; each run takes the next port
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
 STOP_GRACE_S = 30.0  # after passing a signal on, how long a run has to stop before what is left is killed
+PEER_GRACE_S = 30.0  # after one host's torchrun failed, how long the other has to notice and stop on its own
 # A busy loop that ends on its own within milliseconds of the bench's death (its parent changes), so no hog
 # outlives a bench killed outright.
 HOG_CODE = (
     "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    for _ in range(100_000):\n        pass\n"
 )
 TOTALS = ("step_ms_p50", "exposed_ms_p50", "exposed_ms_ci95", "overlap_pct_p50", "comm_ms_p50", "compute_only_ms")
-OPTIONAL_TOTALS = ("exposure_verdict", "codec_ms_p50")
+OPTIONAL_TOTALS = ("exposure_verdict", "exposure_resolved", "codec_ms_p50")
 
 
 @dataclass(frozen=True)
@@ -145,17 +150,22 @@ def _stop(procs: list[subprocess.Popen], signum: int, grace_s: float) -> None:
 
 
 def _wait(procs: list[subprocess.Popen], timeout_s: float, signals: SignalLatch | None) -> list[int]:
-    """Wait for every process; on a signal (Interrupted from the latch) or the timeout, stop them all."""
+    """Wait for every process; on a signal (Interrupted from the latch) or the timeout, stop them all. When one
+    fails, the others (its peers) have PEER_GRACE_S to stop on their own before they are stopped too."""
     deadline = time.monotonic() + timeout_s
     try:
         if signals is not None:
             signals.armed = True
             if signals.received is not None:  # it came while the run was being started
                 raise Interrupted(signals.received)
-        codes = []
-        for proc in procs:
-            codes.append(proc.wait(timeout=max(0.0, deadline - time.monotonic())))
-        return codes
+        while any(proc.poll() is None for proc in procs):
+            now = time.monotonic()
+            if now > deadline:
+                raise subprocess.TimeoutExpired(procs[0].args, timeout_s)
+            if any(proc.returncode not in (None, 0) for proc in procs):
+                deadline = min(deadline, now + PEER_GRACE_S)
+            time.sleep(0.2)
+        return [proc.returncode for proc in procs]
     except Interrupted as stop:
         if signals is not None:
             signals.armed = False
@@ -163,6 +173,9 @@ def _wait(procs: list[subprocess.Popen], timeout_s: float, signals: SignalLatch 
         raise
     except subprocess.TimeoutExpired:
         _stop(procs, signal.SIGTERM, 5.0)
+        codes = [proc.returncode for proc in procs]
+        if any(code not in (None, 0, -signal.SIGTERM, -signal.SIGKILL) for code in codes):
+            return codes  # a peer failed first: its own exit code says more than the wait
         raise RunFailed(f"timed out after {timeout_s:.0f} s") from None
     finally:
         if signals is not None:
@@ -210,7 +223,8 @@ def run_two_hosts(hosts: TwoHosts, args: list[str], hook: str, logdir: Path, nam
             _stop(procs, signal.SIGKILL, 0.0)
             raise
     codes = _wait(procs, timeout_s, signals)
-    for node, code in enumerate(codes):
+    # The host that failed on its own first (a positive code), rather than a peer that was stopped after it.
+    for node, code in sorted(enumerate(codes), key=lambda item: (item[1] is None or item[1] <= 0, item[0])):
         if code != 0:
             raise RunFailed(
                 f"{name}: torchrun on host {node} exited {code}: {_last_line(logs[node])} (log: {logs[node]})"
@@ -291,7 +305,7 @@ def condition_row(cond: str, pairs: list[dict], extra: dict | None = None) -> di
     ci = [_median([c[0] for c in cis]), _median([c[1] for c in cis])] if cis else None
     per_pair = [p["ab_in_ci95"] for p in pairs if p["ab_in_ci95"] is not None]
     in_run_p50, ab_p50 = _median(in_run), _median(ab)
-    verdicts = sorted({str(r["exposure_verdict"]) for r in ar if r["exposure_verdict"] is not None})
+    resolved = [r.get("exposure_resolved") for r in ar if r.get("exposure_resolved") is not None]
     return {
         "record": "condition",
         "condition": cond,
@@ -309,7 +323,9 @@ def condition_row(cond: str, pairs: list[dict], extra: dict | None = None) -> di
         "comm_ms": _median([r["comm_ms_p50"] for r in ar]),
         "overlap_pct": _median([r["overlap_pct_p50"] for r in ar]),
         "codec_ms": _median([r["codec_ms_p50"] for r in ar]),
-        "verdict": ", ".join(verdicts) or None,
+        "resolved_runs": [sum(resolved), len(resolved)] if resolved else None,
+        "verdicts": [r["exposure_verdict"] for r in ar if r.get("exposure_verdict") is not None],
+        "load_1m_range": _range([r.get("load_1m") for r in ar + noop]),
         **(extra or {}),
     }
 
@@ -319,7 +335,7 @@ def condition_row(cond: str, pairs: list[dict], extra: dict | None = None) -> di
 COLUMNS = (
     "condition", "pairs", "in-run exposed p50 ms [runs' range]", "in-run 95% CI ms", "A/B ms [pairs' range]",
     "in-run / A/B", "A/B in CI", "step p50 ms allreduce / noop", "comm p50 ms", "overlap %", "codec p50 ms",
-    "verdict",
+    "harness verdict", "host load 1 min",
 )  # fmt: skip
 
 
@@ -356,7 +372,8 @@ def markdown_row(row: dict) -> str:
         _ms(row["comm_ms"]),
         _ms(row["overlap_pct"]),
         _ms(row["codec_ms"], 2),
-        row["verdict"] or "–",
+        "–" if row["resolved_runs"] is None else "resolved in {}/{} runs".format(*row["resolved_runs"]),
+        "–" if row["load_1m_range"] is None else f"{row['load_1m_range'][0]:.1f}–{row['load_1m_range'][1]:.1f}",
     ]
     return "| " + " | ".join(cells) + " |"
 
@@ -364,7 +381,8 @@ def markdown_row(row: dict) -> str:
 def run_line(cond: str, pair: int, hook: str, run: dict, seconds: float) -> str:
     return (
         f"# {cond} pair {pair} {hook}: step p50 {_ms(run['step_ms_p50'])} ms, comm p50 {_ms(run['comm_ms_p50'])} ms, "
-        f"in-run exposed p50 {_ms(run['exposed_ms_p50'])} ms ({seconds:.0f} s, {run['run_dir']})"
+        f"in-run exposed p50 {_ms(run['exposed_ms_p50'])} ms ({seconds:.0f} s, load {run.get('load_1m', 0):.1f}, "
+        f"{run['run_dir']})"
     )
 
 
@@ -491,7 +509,7 @@ class Bench:
         else:
             self.port += 1  # a port of its own: the last run's may still be in TIME_WAIT
             summary = run_two_hosts(hosts, self.shared, hook, logdir, name, self.port, a.timeout, self.signals)
-        run = run_record(summary, logdir, name)
+        run = {**run_record(summary, logdir, name), "load_1m": os.getloadavg()[0]}
         seconds = time.monotonic() - started
         _emit({"record": "run", "condition": cond.name, "pair": pair, "hook": hook, "seconds": seconds, **run}, a.out)
         print(run_line(cond.name, pair, hook, run, seconds), file=sys.stderr, flush=True)

@@ -191,7 +191,7 @@ def test_bench_mistakes_are_one_line():
     )
 
 
-def _run(step: float, exposed: float, ci=None, comm: float = 50.0) -> dict:
+def _run(step: float, exposed: float, ci=None, resolved: bool | None = None) -> dict:
     return {
         "run_dir": "x",
         "steps_measured": 10,
@@ -199,18 +199,20 @@ def _run(step: float, exposed: float, ci=None, comm: float = 50.0) -> dict:
         "exposed_ms_p50": exposed,
         "exposed_ms_ci95": ci,
         "overlap_pct_p50": 10.0,
-        "comm_ms_p50": comm,
+        "comm_ms_p50": 50.0 if exposed else 0.0,
         "compute_only_ms": 100.0,
         "exposure_verdict": None,
+        "exposure_resolved": resolved,
         "codec_ms_p50": None,
+        "load_1m": step / 100,
     }
 
 
 def test_table_row_medians_ranges_and_interval():
     pairs = [
-        pair_record("c", 0, ["allreduce", "noop"], {"allreduce": _run(150, 48, [40, 60]), "noop": _run(100, 0)}),
-        pair_record("c", 1, ["noop", "allreduce"], {"allreduce": _run(160, 52, [45, 58]), "noop": _run(100, 0)}),
-        pair_record("c", 2, ["allreduce", "noop"], {"allreduce": _run(155, 50, [42, 54]), "noop": _run(101, 0)}),
+        pair_record("c", 0, ["allreduce", "noop"], {"allreduce": _run(150, 48, [40, 60], True), "noop": _run(100, 0)}),
+        pair_record("c", 1, ["noop", "allreduce"], {"allreduce": _run(160, 52, [45, 58], False), "noop": _run(100, 0)}),
+        pair_record("c", 2, ["allreduce", "noop"], {"allreduce": _run(155, 50, [42, 54], True), "noop": _run(101, 0)}),
     ]
     row = condition_row("c", pairs)
     assert row["ab_ms"] == 54 and row["ab_ms_range"] == [50, 60]
@@ -220,9 +222,10 @@ def test_table_row_medians_ranges_and_interval():
     assert row["in_run_over_ab"] == pytest.approx(50 / 54)
     line = markdown_row(row)
     assert line.startswith("| c | 3 | 50.0 [48.0–52.0] | 42.0–58.0 | 54.0 [50.0–60.0] | 0.93 | yes (2/3 pairs) |")
+    assert line.endswith("| resolved in 2/3 runs | 1.0–1.6 |")
     assert markdown_header().splitlines()[0].count("|") == line.count("|")
 
     runs = {"allreduce": _run(150, 48), "noop": _run(100, 0)}
     no_ci = condition_row("c", [pair_record("c", 0, ["allreduce", "noop"], runs)])
     assert no_ci["in_run_ci95_ms"] is None and no_ci["ab_in_ci95"] is None
-    assert "n/a (no exposed_ms_ci95)" in markdown_row(no_ci)
+    assert "| n/a (no exposed_ms_ci95) |" in markdown_row(no_ci) and "| – | 1.0–1.5 |" in markdown_row(no_ci)
