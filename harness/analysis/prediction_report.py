@@ -110,9 +110,9 @@ def _efficiency_lines(result: dict[str, Any]) -> list[str]:
             f"# exposed: measured {_fmt(t['measured_exposed_ms'])} ms, predicted {t['exposed_ms']:.3f} ms; step: "
             f"measured {_fmt(t['measured_step_ms'])} ms, predicted {t['step_ms']:.3f} ms"
         )
-    if result.get("measured_time_source") == "ready_to_done":
+    if result.get("measured_time_source") in ("ready_to_done", "cpu_clock"):
         lines.append(
-            "# measured bucket times are ready to done (no backend execution time on gloo): they include waiting "
-            "behind earlier buckets and the CPU shared with backward"
+            "# measured bucket times are from the CPU clock (gloo): launch to done, so they include waiting behind "
+            "the collective gloo runs beside them and the CPU shared with backward"
         )
     return lines
