@@ -2,21 +2,27 @@
 
     python -m bench.vs_plain --model resnet50 --batch-size 128 --pairs 8                  # one GPU
     python -m bench.vs_plain --nproc 2 --model resnet18 --batch-size 4 --image-size 64 --steps 120 --window-start 30
-    python -m bench.vs_plain --pairs 4 --variant lean="--calibration-steps 0 --gather-every 0"
+    python -m bench.vs_plain --pairs 4 --variants all                       # train.py, then one change at a time
+    python -m bench.vs_plain --pairs 4 --variants no_hook,lean --variant mine="--bucket-cap-mb 5"
 
-Each pair runs bench.plain_ddp and train.py (and every --variant: train.py with extra arguments), each under
-`torchrun --standalone --nproc-per-node N`, in an order that rotates from pair to pair so that a host that
-drifts favours none of them. Both are timed over the same window, from the start of step --window-start to
-the start of the last step:
-- the plain loop by its own wall clock, the device drained at both ends;
-- train.py by the wall time of its per-step TensorBoard events. The event of step k is written when step k
-  is resolved, at the start of step k + 2 (after the GPU reached step k + 1's start), so the events of steps
-  window_start − 2 and last − 2 bracket the same window; the last two steps, resolved at the end of
-  training, are not used.
-The ratio of a pair is plain ms / train.py ms (1.0: the harness costs nothing; 0.97: 3% slower). Printed:
-each pair, then each variant's median ms per step and the median ratio with its p10–p90 spread over the
-pairs, and the plain loop's own spread (the host's noise). One JSON line per pair goes to --out as it
-completes, so an interrupted bench keeps what it measured.
+Each pair runs bench.plain_ddp, train.py as shipped, and every variant (train.py with other arguments), each
+under `torchrun --standalone --nproc-per-node N`, in an order that rotates from pair to pair so that a host
+that drifts favours none of them. The ready-made variants (VARIANTS, chosen with --variants) change one thing
+each, so that train.py's gap to the plain loop can be attributed; `lean` turns on every switch that lowers the
+harness's cost while it still measures communication. --variant NAME="ARGS" adds any other.
+
+All are timed over the same window, from the start of step --window-start to the start of the last step, by
+rank 0's own clocks read at both ends (the device drained there), nothing in between: wall time, the CPU time
+of the main thread (time.thread_time) and of the whole process (time.process_time, also autograd's and gloo's
+threads). The plain loop measures itself; train.py is given `--window-start` and its WindowClock
+(harness.train.trainer) does the same: read from summary.json's "overhead_s" (with the harness's own share of
+the main thread's CPU), or from the end line of a --harness off run, which writes no summary.
+
+The ratio of a pair is plain ms / variant ms (1.0: it costs nothing; 0.97: 3% slower). Printed: each pair as a
+JSON line (also appended to --out as it completes, so an interrupted bench keeps what it measured), then a
+table: per variant the median ratio with its p10–p90 over the pairs, the median ms per step and CPU ms per
+step (main thread, process, and the harness's part of the main thread's), and the plain loop's own spread
+across the pairs (the host's noise).
 """
 
 from __future__ import annotations
@@ -31,53 +37,131 @@ import tempfile
 from pathlib import Path
 
 from harness.common.metrics import percentile
-from harness.common.names import EVENT_FILE_PREFIX
-from harness.train.callback import RESOLVE_LAG_STEPS
+from harness.common.names import SUMMARY_FILE
 
 REPO = Path(__file__).resolve().parent.parent
-STEP_TAG = "step/time_ms"
+
+# One change at a time against train.py as shipped (each a train.py argument list).
+VARIANTS: dict[str, list[str]] = {
+    "no_progress_bar": ["--no-progress-bar"],
+    "log_every_50": ["--log-every", "50"],
+    "no_hook": ["--comm-hook", "none"],  # also no calibration: it needs the hook to skip communication
+    "lightning_alone": ["--harness", "off"],
+    "no_calibration": ["--calibration-steps", "0"],
+    # Every cost switch that keeps the headline figures (step time, samples/s, comm time): exposed time and the
+    # ranks' skew are given up.
+    "lean": ["--no-progress-bar", "--log-every", "50", "--calibration-steps", "0", "--gather-every", "0"],
+}
+# Per run: what its result holds, and the table's column for it.
+COLUMNS = {
+    "ms_per_step": "ms/step",
+    "main_thread_cpu_ms_per_step": "main CPU",
+    "process_cpu_ms_per_step": "proc CPU",
+    "harness_cpu_ms_per_step": "harness CPU",
+}
 
 
 def torchrun(nproc: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
 
 
-def plain_ms(args: argparse.Namespace) -> dict[str, float]:
-    cmd = [*torchrun(args.nproc), "-m", "bench.plain_ddp", *common_args(args), "--window-start", str(args.window_start)]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
+def run(cmd: list[str], args: argparse.Namespace, what: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "COMMBENCH_RUN_VERSION"}
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout, env=env)
     if proc.returncode != 0:
-        raise RuntimeError(f"plain loop exited {proc.returncode}: {proc.stderr[-2000:]}")
+        raise RuntimeError(f"{what} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return proc
+
+
+def plain_ms(args: argparse.Namespace) -> dict[str, float]:
+    cmd = [*torchrun(args.nproc), "-m", "bench.plain_ddp", *common_args(args), "--steps", str(args.steps)]
+    proc = run([*cmd, "--window-start", str(args.window_start)], args, "the plain loop")
     line = next(line for line in proc.stdout.splitlines() if line.startswith('{"plain_ddp"'))
     return json.loads(line)["plain_ddp"]
 
 
 def train_ms(args: argparse.Namespace, extra: list[str], logdir: Path, name: str) -> dict[str, float]:
     cmd = [*torchrun(args.nproc), str(REPO / "train.py"), *common_args(args), "--max-steps", str(args.steps)]
-    cmd += ["--logdir", str(logdir), "--run-name", name, *extra]
-    env = {k: v for k, v in os.environ.items() if k != "COMMBENCH_RUN_VERSION"}
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"train.py exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return {"ms_per_step": event_window_ms(logdir / name, args.window_start, args.steps - 1)}
+    cmd += ["--window-start", str(args.window_start), "--logdir", str(logdir), "--run-name", name, *extra]
+    proc = run(cmd, args, f"train.py {shlex.join(extra)}")
+    return train_window(logdir / name, proc.stdout)
 
 
-def event_window_ms(run_root: Path, first: int, last: int) -> float:
-    """ms per step from the start of step `first` to the start of step `last`, from the wall times of the
-    events of steps first − lag and last − lag (each written at the start of the step `lag` later)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+def train_window(run_root: Path, stdout: str) -> dict[str, float]:
+    """The window's ms per step of one train.py run: from its summary.json's "overhead_s", or (--harness off,
+    no summary) from its end line."""
+    from harness.train.trainer import WINDOW_LINE
 
-    event_dirs = sorted({path.parent for path in run_root.rglob(f"{EVENT_FILE_PREFIX}*")})
-    if len(event_dirs) != 1:
-        raise RuntimeError(f"expected one run under {run_root}, found {len(event_dirs)}")
-    acc = EventAccumulator(str(event_dirs[0]), size_guidance={"scalars": 0})
-    acc.Reload()
-    wall = {event.step: event.wall_time for event in acc.Scalars(STEP_TAG)}
-    return (wall[last - RESOLVE_LAG_STEPS] - wall[first - RESOLVE_LAG_STEPS]) * 1e3 / (last - first)
+    summaries = list(run_root.glob(f"*/{SUMMARY_FILE}"))
+    if len(summaries) > 1:
+        raise RuntimeError(f"expected one run under {run_root}, found {len(summaries)}")
+    if summaries:
+        overhead = json.loads(summaries[0].read_text())["overhead_s"]
+        if "wall_ms_per_step" not in overhead:
+            raise RuntimeError(f"{summaries[0]} has no window times (overhead_s.wall_ms_per_step)")
+        return {
+            "ms_per_step": overhead["wall_ms_per_step"],
+            "main_thread_cpu_ms_per_step": overhead["loop_cpu_ms_per_step"],
+            "process_cpu_ms_per_step": overhead["process_cpu_ms_per_step"],
+            "harness_cpu_ms_per_step": overhead["harness_cpu_ms_per_step"],
+        }
+    match = WINDOW_LINE.search(stdout)
+    if match is None:
+        raise RuntimeError(f"train.py left no summary under {run_root} and printed no window line")
+    wall, thread, process = (float(value) for value in match.groups()[2:])
+    return {"ms_per_step": wall, "main_thread_cpu_ms_per_step": thread, "process_cpu_ms_per_step": process}
 
 
 def common_args(args: argparse.Namespace) -> list[str]:
     out = ["--model", args.model, "--batch-size", str(args.batch_size)]
     return out + (["--image-size", str(args.image_size)] if args.image_size else [])
+
+
+def pick_variants(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """train.py as shipped, the ready-made variants asked for (--variants), then the free-form ones (--variant)."""
+    variants: dict[str, list[str]] = {"train.py": []}
+    names = [name.strip() for name in (args.variants or "").split(",") if name.strip()]
+    for name in list(VARIANTS) if names == ["all"] else names:
+        if name not in VARIANTS:
+            parser.error(f"--variants: {name!r} is not known; choose from: all, {', '.join(VARIANTS)}")
+        variants[name] = VARIANTS[name]
+    for spec in args.variant:
+        name, _, extra = spec.partition("=")
+        if not name or name in variants or name == "plain":
+            parser.error(f'--variant {spec!r}: give NAME="ARGS" with a NAME not used yet')
+        variants[name] = shlex.split(extra)
+    return variants
+
+
+def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
+    """Per variant: the median plain/variant ratio with its p10–p90 over the pairs, the median ms and CPU ms per
+    step; and the plain loop's own spread across the pairs."""
+    plain = [row["plain"]["ms_per_step"] for row in rows]
+    spread = (max(plain) - min(plain)) / percentile(plain, 50) * 100
+    ratio_head = "plain/variant p50 [p10, p90]"
+    lines = [
+        f"# {len(rows)} pairs; ms per step over the window; CPU: main thread (harness: its part of it), process",
+        f"{'variant':<18} {ratio_head:>30} " + " ".join(f"{head:>11}" for head in COLUMNS.values()),
+    ]
+    for name in ["plain", *variants]:
+        cells = []
+        for key in COLUMNS:
+            values = [row[name][key] for row in rows if key in row[name]]
+            cells.append(f"{percentile(values, 50):>11.2f}" if values else f"{'—':>11}")
+        if name == "plain":
+            ratio = f"{'1 (spread ' + format(spread, '.1f') + ' %)':>30}"
+        else:
+            ratios = [row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for row in rows]
+            q = [percentile(ratios, p) for p in (50, 10, 90)]
+            ratio = f"{f'{q[0]:.3f} [{q[1]:.3f}, {q[2]:.3f}]':>30}"
+        lines.append(f"{name:<18} {ratio} " + " ".join(cells))
+    lines.append(
+        f"# plain loop: p50 {percentile(plain, 50):.2f} ms/step, from {min(plain):.2f} to {max(plain):.2f} "
+        f"across the pairs ((max − min) / p50 = {spread:.1f} %: differences below that are noise)"
+    )
+    for name, extra in variants.items():
+        lines.append(f"# {name}: train.py {shlex.join(extra) or 'as shipped'}")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -89,45 +173,35 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--window-start", type=int, default=50)
     parser.add_argument("--pairs", type=int, default=8)
+    parser.add_argument("--variants", help=f"comma-separated, from: all, {', '.join(VARIANTS)}")
     parser.add_argument("--variant", action="append", default=[], metavar='NAME="ARGS"',
                         help="also run train.py with these extra arguments in every pair")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600, help="seconds allowed for one run")
     parser.add_argument("--out", help="append one JSON line per pair here, as each pair completes")
     args = parser.parse_args()
-    if not RESOLVE_LAG_STEPS <= args.window_start < args.steps - 1 - RESOLVE_LAG_STEPS:
-        parser.error(f"--window-start must be in [{RESOLVE_LAG_STEPS}, --steps - {RESOLVE_LAG_STEPS + 1})")
-    variants: dict[str, list[str]] = {"train.py": []}
-    for spec in args.variant:
-        name, _, extra = spec.partition("=")
-        variants[name] = shlex.split(extra)
+    if not 0 <= args.window_start < args.steps - 1:
+        parser.error("--window-start must be at least 0 and below --steps - 1")
+    variants = pick_variants(args, parser)
     names = ["plain", *variants]
-    samples: dict[str, list[float]] = {name: [] for name in names}
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):
             shift = pair % len(names)
+            order = names[shift:] + names[:shift]
             row = {}
-            for name in names[shift:] + names[:shift]:
+            for name in order:
                 if name == "plain":
                     row[name] = plain_ms(args)
                 else:
                     row[name] = train_ms(args, variants[name], Path(tmp), f"{name.replace('.', '_')}{pair}")
-                samples[name].append(row[name]["ms_per_step"])
+            rows.append(row)
             ratios = {name: row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for name in variants}
-            record = {"pair": pair, "order": names[shift:] + names[:shift], **row, "plain_over": ratios}
+            record = {"pair": pair, "order": order, **row, "plain_over": ratios}
             print(json.dumps(record), flush=True)
             if args.out:
                 with open(args.out, "a") as out:
                     out.write(json.dumps(record) + "\n")
-    plain = samples["plain"]
-    spread = (max(plain) - min(plain)) / percentile(plain, 50) * 100
-    print(f"# plain loop: p50 {percentile(plain, 50):.2f} ms/step, spread (max − min) / p50 {spread:.1f} %")
-    for name in variants:
-        ratios = [p / t for p, t in zip(plain, samples[name], strict=True)]
-        print(
-            f"# {name}: p50 {percentile(samples[name], 50):.2f} ms/step; plain / {name} p50 "
-            f"{percentile(ratios, 50):.3f} (p10 {percentile(ratios, 10):.3f}, p90 {percentile(ratios, 90):.3f}) "
-            f"over {len(ratios)} pairs"
-        )
+    print(report(rows, variants), flush=True)
 
 
 if __name__ == "__main__":

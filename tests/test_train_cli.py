@@ -38,6 +38,19 @@ def test_empty_argument_list_gives_cpu_defaults(tmp_path):
     assert cfg.run_name == "resnet50-1x2cpu-bs4-32-true-bucketdefault-allreduce"
 
 
+def test_cost_switches_default_to_the_full_harness_and_reach_the_settings(tmp_path):
+    cfg = parse_config(["--logdir", str(tmp_path)])
+    assert (cfg.harness, cfg.log_every, cfg.progress_bar) == ("on", 1, True)
+    assert cfg.window_start == 2 + cfg.calibration_steps  # the first step after warm-up and calibration
+    lean = parse_config(["--logdir", str(tmp_path), "--comm-hook", "none", "--no-progress-bar", "--log-every", "50"])
+    assert {k: lean.to_dict()[k] for k in ("comm_hook", "progress_bar", "log_every")} == {
+        "comm_hook": "none",
+        "progress_bar": False,
+        "log_every": 50,
+    }
+    assert parse_config(["--logdir", str(tmp_path), "--harness", "off"]).run_name.endswith("-lightning-alone")
+
+
 def test_run_names_differ_with_settings(tmp_path):
     base = parse_config(["--logdir", str(tmp_path)])
     other = parse_config(["--logdir", str(tmp_path), "--bucket-cap-mb", "5", "--comm-hook", "bf16"])
@@ -73,6 +86,11 @@ BAD_INPUTS = [
     (["--data-dir", "/nonexistent/images"], "--data-dir"),
     (["--num-nodes", "2"], "--num-nodes"),
     (["--batch-size", "many"], "--batch-size"),
+    (["--log-every", "0"], "--log-every"),
+    (["--harness", "maybe"], "--harness"),
+    (["--harness", "off", "--comm-hook", "powersgd"], "--comm-hook"),
+    (["--window-start", "-1"], "--window-start"),
+    (["--max-steps", "20", "--window-start", "19"], "--window-start"),
 ]
 
 

@@ -1,9 +1,15 @@
 """Lightning callback that attaches the timed hook, resolves each step's stamps, and logs them.
 
 The first steps after warm-up measure the compute-only step (calibration.py). Per step, on rank 0: TensorBoard
-scalars under docs/METRICS.md's names and a histogram of bucket times (step_log.py), and samples/s, comm ms and
-exposed ms in the progress bar. Every `gather_every` steps, every rank's times are gathered to log the skew across
-ranks. At the end: the per-bucket table and summary.json.
+scalars under docs/METRICS.md's names and a histogram of bucket times (step_log.py; every `log_every`-th step
+only, if asked), and samples/s, comm ms and exposed ms in the progress bar. Every `gather_every` steps, every
+rank's times are gathered to log the skew across ranks. At the end: the per-bucket table and summary.json.
+With hook "none" (config.NO_HOOK) no hook is registered, DDP runs its built-in all_reduce, and only the steps
+are timed: summary.json has no buckets and no communication figures (null), and says why.
+
+The harness's own CPU cost: the main thread's CPU time spent in this callback's per-step work and in the
+progress bar is counted (time.thread_time around each), and summary.json's "overhead_s" gives it per step over
+WindowClock's window (harness.train.trainer), beside the whole training loop's main-thread CPU per step there.
 
 Stamps of step k are resolved at the start of step k + 2 (and the rest at the end of training), so the
 GPU has long finished them and nothing here waits on it in the steady state.
@@ -40,6 +46,7 @@ from harness.common.failures import (
 )
 from harness.train import summary as run_summary
 from harness.train.calibration import Calibration, zero_gradients
+from harness.train.config import NO_HOOK
 from harness.train.ddp_crosscheck import DDPStatsReader, compare_comm, ddp_samples_iteration, harness_comm_span_ms
 from harness.train.failure_naming import step_activity, stop_reason
 from harness.train.hook import TimedHookState, make_hook_state, max_bucket_count, register_timed_hook
@@ -50,6 +57,15 @@ from harness.train.step_stats import RunAggregate, StepStats, step_stats
 from harness.train.tb_writer import write_step
 
 RESOLVE_LAG_STEPS = 2
+# The totals that --comm-hook none cannot measure (no bucket is timed): written as null, not as 0.
+COMM_TOTALS = (
+    "bytes_per_step", "comm_ms_p50", "comm_ms_p90", "codec_ms_p50", "max_bucket_ms_p50", "tail_ms_p50",
+    "interference_ms_p50", "algbw_gbps_p50", "busbw_gbps_p50", "comm_share_of_step_p50",
+)  # fmt: skip
+NO_HOOK_VERDICT = (
+    "--comm-hook none: no timed hook, DDP's built-in all_reduce ran untimed, so communication time, bucket data "
+    "and exposed time are not measured (only the steps are timed)"
+)
 SUMMARY_EVERY_S = 60.0  # rank 0 rewrites a partial summary.json this often while training (a few ms each)
 # Resamples for the 95 % interval of exposed time: the final summary's, and a cheaper one for the partial
 # summaries rewritten during training (the interval's ends move by well under its width between the two).
@@ -71,8 +87,11 @@ class CommTimingCallback(pl.Callback):
         calibration_steps: int = 0,
         calibration_every: int = 0,
         gather_every: int = 0,
+        log_every: int = 1,
+        clock: Any = None,
     ) -> None:
         self.hook_name = hook_name
+        self.timed_comm = hook_name != NO_HOOK  # False: no hook at all, steps timed only
         self.samples_per_step = samples_per_step  # all ranks, all micro-batches of one optimizer step
         self.sample_unit = sample_unit
         self.settings = settings
@@ -80,10 +99,13 @@ class CommTimingCallback(pl.Callback):
         self.bucket_cap_mb = bucket_cap_mb
         self.calibration = Calibration(calibration_steps, calibration_every)
         self.gather_every = gather_every  # 0: never
+        self.log_every = log_every
+        self.clock = clock  # harness.train.trainer.WindowClock: the window the CPU costs are given over
         self.state: TimedHookState | None = None
         self.aggregate: RunAggregate | None = None
         self.gatherer: RankGatherer | None = None
         self.last_stats: StepStats | None = None
+        self.last_measured: StepStats | None = None  # the progress bar's figures (not warm-up or calibration)
         self.last_spread: RankSpread | None = None
         self.world_size = 1
         # Wall time the harness itself adds to the run (reported in summary.json under "overhead_s"), and the
@@ -91,6 +113,10 @@ class CommTimingCallback(pl.Callback):
         # step's end and the next one's start (resolving, logging, gathers, summary rewrites), on the step
         # timeline: it lies outside every measured step.
         self.overhead_s = {"calibration": 0.0, "rank_gathers": 0.0, "between_steps": 0.0, "all_steps": 0.0}
+        # Main-thread CPU seconds of the harness's per-step work (this callback's hooks; the progress bar adds its
+        # own), and their values when the clock's window opened and closed.
+        self.cpu_s = {"callback": 0.0, "progress_bar": 0.0}
+        self._cpu_at: dict[int, dict[str, float]] = {}
         self.gathers = 0
         self._current_step = -1
         self._step_log: StepLog | None = None  # rank 0's TensorBoard log; the other ranks write none
@@ -144,21 +170,24 @@ class CommTimingCallback(pl.Callback):
             powersgd_rank=self.powersgd_rank,
             max_buckets=max_bucket_count(ddp_model.module, self.bucket_cap_mb),
         )
-        register_timed_hook(ddp_model, self.state)
+        if self.timed_comm:
+            register_timed_hook(ddp_model, self.state)
         try:
             self.ddp_reader = DDPStatsReader(ddp_model)
         except ValueError:  # DDP ran forwards before fit (not in train.py): no step-by-step cross-check
             self.ddp_reader = None
         self.buffer_bytes = sum(b.numel() * b.element_size() for b in ddp_model.module.buffers())
         self.aggregate = RunAggregate(world_size=self.world_size)
-        if 0 < trainer.max_steps <= self.calibration.first_step + self.calibration.steps:
+        if not self.timed_comm:  # calibration skips communication in the hook: without one, none
+            self.calibration = Calibration(0)
+        elif 0 < trainer.max_steps <= self.calibration.first_step + self.calibration.steps:
             if trainer.is_global_zero:
                 print(f"# {trainer.max_steps} steps leave none after warm-up and calibration: exposed time is off")
             self.calibration = Calibration(0)
         if self.gather_every > 0 and self.world_size > 1:  # one rank has no skew to gather
             self.gatherer = RankGatherer(self.world_size)
         if trainer.is_global_zero and trainer.logger is not None:
-            self._step_log = StepLog(trainer.logger.experiment, self.world_size)
+            self._step_log = StepLog(trainer.logger.experiment, self.world_size, self.log_every, self.timed_comm)
         self.phase = "the first step (Lightning's barrier before training)"
 
     # -- per step -----------------------------------------------------------------------------------
@@ -166,35 +195,43 @@ class CommTimingCallback(pl.Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        cpu = time.thread_time()
         step = trainer.global_step
         if step == self._current_step:
             return  # a later micro-batch of the same optimizer step (gradient accumulation)
         # The previous step ends here, before the harness's own work, which then lies between two steps.
         self.state.stamps.end(self._current_step)
+        if self.clock is not None and step in (self.clock.first, self.clock.last):
+            self._cpu_at[step] = dict(self.cpu_s)  # where the clock read its clocks, just before this callback
         self._current_step = step
         self.phase = "step"
         self._resolve_ready(upto=step - RESOLVE_LAG_STEPS)
         self._step_open = True
         self.state.begin_step(step)
         self.state.skip_communication = self.calibration.is_calibration_step(step)
+        self.cpu_s["callback"] += time.thread_time() - cpu
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
         # Backward is over and DDP has waited for every bucket's collective: what lies between the step's
         # start and here, beyond the compute-only time, is exposed communication.
+        cpu = time.thread_time()
         self.state.mark_backward_end()
         if self.ddp_reader is not None:
             self.ddp_reader.poll(self.state.step)
         if self.state.skip_communication:
             zero_gradients(pl_module.parameters())
+        self.cpu_s["callback"] += time.thread_time() - cpu
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if trainer.global_step > self._current_step:  # the optimizer stepped: this step is whole
+            cpu = time.thread_time()
             self._step_open = False
             # Its end, unless the next step's start moves it later (the last step keeps this one, so it leaves
             # out Lightning's end of fit).
             self.state.stamps.end(self._current_step)
+            self.cpu_s["callback"] += time.thread_time() - cpu
 
     def _resolve_ready(self, upto: int) -> None:
         stamps = self.state.stamps
@@ -229,6 +266,8 @@ class CommTimingCallback(pl.Callback):
         self.last_stats = stats
         spread = None
         measured = not (stats.warmup or calibrating)
+        if measured:
+            self.last_measured = stats
         if gather and measured and self.gatherer is not None and stats.step % self.gather_every == 0:
             # Every rank resolves the same steps in the same order, and calibrates the same ones, so this
             # collective lines up. Warm-up and calibration steps are not gathered: their skew is not logged.
@@ -239,8 +278,12 @@ class CommTimingCallback(pl.Callback):
             self.overhead_s["rank_gathers"] += time.perf_counter() - start
             self.gathers += 1
             self.last_spread = spread
-        if self._step_log is not None:
-            self._write_events(lambda: self._step_log.write(stats, resolved.timings, spread, measured))
+        step_log = self._step_log
+        if step_log is not None:
+            if measured and spread is None and not step_log.logs(stats.step):
+                step_log.bands.record(resolved.timings)  # a step not logged: its bucket times join the bands only
+            else:
+                self._write_events(lambda: step_log.write(stats, resolved.timings, spread, measured))
             if not self.finished and time.monotonic() - self._last_summary_s > SUMMARY_EVERY_S:
                 self._last_summary_s = time.monotonic()
                 reason = (
@@ -348,8 +391,10 @@ class CommTimingCallback(pl.Callback):
             calibration_every=self.calibration.every,
             bootstrap_draws=BOOTSTRAP_DRAWS if final else PARTIAL_BOOTSTRAP_DRAWS,
             last_rank_spread=self.last_spread.__dict__ if self.last_spread else None,
-            overhead_s={**self.overhead_s, "gathers": self.gathers},
+            overhead_s={**self.overhead_s, "gathers": self.gathers, **self._cpu_overhead()},
         )
+        if not self.timed_comm:
+            summary["totals"].update(dict.fromkeys(COMM_TOTALS, math.nan), exposure_verdict=NO_HOOK_VERDICT)
         if self.ranks:
             summary["ranks"] = self.ranks
         log_dir = self._run_dir()
@@ -376,6 +421,27 @@ class CommTimingCallback(pl.Callback):
             self._write_events(write)
         self._final_summary_written = True
 
+    def _cpu_overhead(self) -> dict[str, float]:
+        """Main-thread CPU ms per step over the clock's window (rank 0's): the training loop's and the harness's
+        (this callback's per-step work and the progress bar's); with the window's wall and process CPU ms per
+        step. Empty before the window closes (partial summaries) or without one (too few steps)."""
+        window = self.clock.result() if self.clock is not None else None
+        if window is None or self.clock.first not in self._cpu_at or self.clock.last not in self._cpu_at:
+            return {}
+        start, end = self._cpu_at[self.clock.first], self._cpu_at[self.clock.last]
+        steps = self.clock.last - self.clock.first
+        callback_ms, bar_ms = ((end[key] - start[key]) * 1e3 / steps for key in ("callback", "progress_bar"))
+        return {
+            "cpu_window_first_step": self.clock.first,
+            "cpu_window_last_step": self.clock.last,
+            "wall_ms_per_step": window["wall_ms_per_step"],
+            "loop_cpu_ms_per_step": window["main_thread_cpu_ms_per_step"],
+            "process_cpu_ms_per_step": window["process_cpu_ms_per_step"],
+            "harness_cpu_ms_per_step": callback_ms + bar_ms,
+            "callback_cpu_ms_per_step": callback_ms,
+            "progress_bar_cpu_ms_per_step": bar_ms,
+        }
+
     def _ddp_crosscheck(self) -> dict[str, Any]:
         """DDP's own comm time against the harness's span on the measured steps DDP sampled (warm-up and
         calibration steps left out)."""
@@ -398,15 +464,22 @@ class CommTimingCallback(pl.Callback):
     # -- progress bar -------------------------------------------------------------------------------
 
     def progress_bar_metrics(self) -> dict[str, float | str]:
-        """Plain strings for the progress bar: no tensors, so showing them never syncs the GPU."""
-        stats = self.last_stats
+        """Plain strings for the progress bar: no tensors, so showing them never syncs the GPU. The figures are
+        the last measured step's (resolved two steps late); while the current step is a warm-up or calibration
+        step, "phase" says so, and nothing of such a step is shown (its communication was skipped)."""
+        metrics: dict[str, float | str] = {}
+        step = self._current_step
+        if 0 <= step < self.calibration.first_step:
+            metrics["phase"] = "warm-up"
+        elif self.calibration.is_calibration_step(step):
+            metrics["phase"] = "calibrating"
+        stats = self.last_measured
         if stats is None:
-            return {}
-        metrics = {
-            f"{self.sample_unit}s/s": f"{stats.samples_per_s:.4g}",
-            "comm_ms": f"{stats.comm_ms:.3g}",
-            "step_ms": f"{stats.step_ms:.3g}",
-        }
+            return metrics
+        metrics[f"{self.sample_unit}s/s"] = f"{stats.samples_per_s:.4g}"
+        if self.timed_comm:
+            metrics["comm_ms"] = f"{stats.comm_ms:.3g}"
+        metrics["step_ms"] = f"{stats.step_ms:.3g}"
         if not math.isnan(stats.exposed_ms):
             metrics["exposed_ms"] = f"{stats.exposed_ms:.3g}"
         return metrics

@@ -18,11 +18,17 @@ import torch
 
 from harness.common import dist_env
 from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, check_writable
-from harness.common.names import HOOK_NAMES
+from harness.common.names import HOOK_NAMES, WARMUP_STEPS
 from harness.train.calibration import DEFAULT_BLOCK_STEPS, DEFAULT_EVERY
 
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
 ACCELERATORS = ("auto", "cpu", "gpu")
+# --comm-hook none: no timed hook at all, DDP's built-in all_reduce (steps are still timed). A choice of train.py
+# only, mapped here before any hook is built: the hooks themselves are HOOK_NAMES.
+NO_HOOK = "none"
+COMM_HOOKS = (*HOOK_NAMES, NO_HOOK)
+# --harness off: Lightning alone, the same Trainer, model and data without the timing callback.
+HARNESS_MODES = ("on", "off")
 # torchvision's ImageFolder reads these (its IMG_EXTENSIONS), from DIR/<class>/..., never from DIR itself.
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 MAX_SEED = 2**62  # seed + rank must fit torch's 64-bit seed
@@ -55,6 +61,7 @@ class TrainConfig:
     gradient_as_bucket_view: bool = False
     static_graph: bool = False
     comm_hook: str = "allreduce"
+    """A timed hook (HOOK_NAMES), or "none": DDP's built-in all_reduce, untimed; steps are still timed."""
     powersgd_rank: int = 1
     """PowerSGD's matrix approximation rank."""
     image_size: int | None = None
@@ -74,6 +81,14 @@ class TrainConfig:
     """After that block, one compute-only step every this many steps, so drift cannot bias it; 0: the block only."""
     gather_every: int = 50
     """Gather every rank's times every this many steps, to log the skew across ranks; 0: never."""
+    harness: str = "on"
+    """"off": Lightning alone (the same Trainer, model and data; no timing callback, hook, events or summary)."""
+    log_every: int = 1
+    """Rank 0 writes the per-step scalars of every this many steps only; summary.json still uses every step."""
+    progress_bar: bool = True
+    window_start: int | None = None
+    """Wall and CPU time per step are reported from the start of this step to the start of the last one; None:
+    the first step after warm-up and the calibration block (set by resolve())."""
     launcher: str = "none"
     """Set by resolve(): torchrun, slurm or none."""
 
@@ -83,7 +98,8 @@ class TrainConfig:
         get_model_spec(self.model)  # raises a UsageError listing the names
         _check_choice("--precision", self.precision, PRECISIONS, allow_none=True)
         _check_choice("--accelerator", self.accelerator, ACCELERATORS)
-        _check_choice("--comm-hook", self.comm_hook, HOOK_NAMES)
+        _check_choice("--comm-hook", self.comm_hook, COMM_HOOKS)
+        _check_choice("--harness", self.harness, HARNESS_MODES)
         for flag, value in (
             ("--batch-size", self.batch_size),
             ("--max-steps", self.max_steps),
@@ -93,6 +109,7 @@ class TrainConfig:
             ("--powersgd-rank", self.powersgd_rank),
             ("--image-size", self.image_size),
             ("--seq-len", self.seq_len),
+            ("--log-every", self.log_every),
         ):
             if value is not None and value < 1:
                 raise UsageError(f"{flag} must be a positive integer, got {value}")
@@ -100,8 +117,9 @@ class TrainConfig:
             ("--calibration-steps", self.calibration_steps),
             ("--calibration-every", self.calibration_every),
             ("--gather-every", self.gather_every),
+            ("--window-start", self.window_start),
         ):
-            if value < 0:
+            if value is not None and value < 0:
                 raise UsageError(f"{flag} must be 0 or more, got {value}")
         if self.bucket_cap_mb is not None and not (math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0):
             raise UsageError(f"--bucket-cap-mb must be a positive number of MiB, got {self.bucket_cap_mb}")
@@ -109,6 +127,10 @@ class TrainConfig:
             raise UsageError(f"--timeout must be a positive number of seconds, got {self.timeout_s}")
         if not 0 <= self.seed < MAX_SEED:
             raise UsageError(f"--seed must be an integer from 0 to 2**62, got {self.seed}")
+        if self.harness == "off" and self.comm_hook not in ("allreduce", NO_HOOK):
+            raise UsageError(
+                f"--comm-hook {self.comm_hook} needs the harness: with --harness off DDP runs its built-in all_reduce"
+            )
         if self.data_dir is not None:
             _check_image_folder(self.data_dir)
 
@@ -179,6 +201,13 @@ class TrainConfig:
                 raise UsageError(f"--data-dir reads images; {self.model} is a token model")
             if self.channels_last:
                 raise UsageError(f"--channels-last applies to image models; {self.model} takes tokens")
+        if self.window_start is None:
+            self.window_start = WARMUP_STEPS + self.calibration_steps
+        elif self.window_start >= self.max_steps - 1:
+            raise UsageError(
+                f"--window-start {self.window_start} leaves no step to time: it must be below --max-steps - 1 "
+                f"({self.max_steps - 1})"
+            )
         if self.run_name is None:
             self.run_name = default_run_name(self)
         check_writable(self.logdir, "--logdir", create=True)
@@ -250,6 +279,8 @@ def default_run_name(cfg: TrainConfig) -> str:
         parts.append("gabv")
     if cfg.static_graph:
         parts.append("static")
+    if cfg.harness == "off":
+        parts.append("lightning-alone")
     return "-".join(parts)
 
 
@@ -372,7 +403,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--bucket-cap-mb", type=float, help="DDP bucket cap in MiB (default: DDP's 25)")
     add("--gradient-as-bucket-view", action="store_true", help="let gradients alias DDP's bucket buffers")
     add("--static-graph", action="store_true", help="tell DDP the graph does not change between steps")
-    add("--comm-hook", default=_default("comm_hook"), help=f"one of: {', '.join(HOOK_NAMES)}")
+    add(
+        "--comm-hook",
+        default=_default("comm_hook"),
+        help=f"one of: {', '.join(COMM_HOOKS)} (none: no timed hook, DDP's built-in all_reduce; steps are still "
+        "timed, communication and exposed time are not measured)",
+    )
     add("--powersgd-rank", type=int, default=_default("powersgd_rank"), help="PowerSGD's matrix approximation rank")
     add("--image-size", type=int, help="image side for image models (default: the model's, 224 for torchvision)")
     add("--seq-len", type=int, help="sequence length for token models (default: the model's)")
@@ -416,6 +452,31 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=_default("gather_every"),
         help="gather all ranks' times every N steps for skew (0: never)",
+    )
+    add(
+        "--log-every",
+        type=int,
+        default=_default("log_every"),
+        help="rank 0 writes the per-step TensorBoard scalars of every N-th step only (summary.json and the "
+        "end-of-run table still use every step)",
+    )
+    add(
+        "--progress-bar",
+        action=argparse.BooleanOptionalAction,
+        default=_default("progress_bar"),
+        help="the progress bar (refreshed at most every 0.5 s)",
+    )
+    add(
+        "--harness",
+        default=_default("harness"),
+        help="on, or off: Lightning alone (the same Trainer, model and data without the timing callback, its "
+        "hook, events and summary.json); prints the step count and the time per step only",
+    )
+    add(
+        "--window-start",
+        type=int,
+        help="report wall and CPU time per step from the start of this step to the start of the last one "
+        "(default: the first step after warm-up and the calibration block, 2 + --calibration-steps)",
     )
     return parser
 

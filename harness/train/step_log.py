@@ -3,6 +3,11 @@
 The band is each bucket's p50 with p10 and p90 over its last BUCKET_BAND_STEPS measured steps (warm-up and
 calibration left out), shown as a Custom Scalars margin chart; the chart layout is written once the buckets
 are known, that is with the first measured step (DDP's buckets are final once warm-up is over).
+
+With `every` N > 1 (--log-every) a measured step is written only when its number is a multiple of N; the others
+cost an append of their bucket times to the bands, no more (and, where the ranks were gathered at such a step,
+the ranks/ scalars alone). Warm-up and calibration steps are written every step, under setup/. Without a timed
+hook (`timed_comm` False, --comm-hook none) a step has its step/ scalars only.
 """
 
 from __future__ import annotations
@@ -26,12 +31,20 @@ class BucketBands:
     def __init__(self) -> None:
         self.windows: dict[int, deque[float]] = {}
 
+    def record(self, timings: list[BucketTiming]) -> None:
+        """Add one measured step's bucket times, without computing any band."""
+        for t in timings:
+            window = self.windows.get(t.index)
+            if window is None:
+                window = self.windows[t.index] = deque(maxlen=BUCKET_BAND_STEPS)
+            window.append(t.time_ms)
+
     def add(self, timings: list[BucketTiming]) -> dict[int, Band]:
         """Each bucket's band over its last BUCKET_BAND_STEPS measured steps, this one included."""
+        self.record(timings)
         bands = {}
         for t in timings:
-            window = self.windows.setdefault(t.index, deque(maxlen=BUCKET_BAND_STEPS))
-            window.append(t.time_ms)
+            window = self.windows[t.index]
             bands[t.index] = (percentile(window, 50), percentile(window, 10), percentile(window, 90))
         return bands
 
@@ -39,17 +52,35 @@ class BucketBands:
 class StepLog:
     """Writes each resolved step to a SummaryWriter (rank 0's; the other ranks have none and log nothing)."""
 
-    def __init__(self, writer: Any, world_size: int) -> None:
+    def __init__(self, writer: Any, world_size: int, every: int = 1, timed_comm: bool = True) -> None:
         self.writer = writer
         self.world_size = world_size
+        self.every = every  # a measured step is written when its number is a multiple of this
+        self.timed_comm = timed_comm  # False: no timed hook, no communication scalars
         self.bands = BucketBands()
         self._layout_written = False
 
+    def logs(self, step: int) -> bool:
+        """Whether measured step `step` is written under the headline tags (every `every`-th step)."""
+        return step % self.every == 0
+
     def write(self, stats: StepStats, timings: list[BucketTiming], spread: RankSpread | None, measured: bool) -> None:
         """One step's scalars: a `measured` step's under the headline tags, with its bucket-time histogram and
-        bands; a warm-up or calibration step's under setup/ only, so the headline series hold measured steps."""
+        bands; a warm-up or calibration step's under setup/ only, so the headline series hold measured steps.
+        A measured step that is not logged (`logs`) but was gathered across ranks writes its ranks/ scalars."""
         if not measured:
             write_step(self.writer, stats.step, setup_scalars(stats), {})
+            return
+        if not self.logs(stats.step):
+            self.bands.record(timings)
+            if spread is not None:
+                write_step(self.writer, stats.step, rank_scalars(spread, self.timed_comm), {})
+            return
+        if not self.timed_comm:
+            scalars = step_time_scalars(stats)
+            if spread is not None:
+                scalars.update(rank_scalars(spread, timed_comm=False))
+            write_step(self.writer, stats.step, scalars, {})
             return
         bands = self.bands.add(timings)
         if bands:
@@ -80,10 +111,7 @@ def step_scalars(
 ) -> dict[str, float]:
     """Every scalar of one step, by tag: the step, its communication, each bucket, and the ranks' skew."""
     scalars = {
-        "step/time_ms": stats.step_ms,
-        "step/samples_per_s": stats.samples_per_s,
-        "step/samples_per_s_per_device": stats.samples_per_s_per_device,
-        "step/fwd_bwd_ms": stats.fwd_bwd_ms,
+        **step_time_scalars(stats),
         "step/compute_only_ms": stats.fwd_bwd_ms - stats.exposed_ms,
         "comm/bytes": stats.bytes,
         "comm/buckets": stats.buckets,
@@ -106,11 +134,27 @@ def step_scalars(
         if t.index in bands:
             scalars.update(zip(bucket_band_tags(t.index), bands[t.index], strict=True))
     if spread is not None:
+        scalars.update(rank_scalars(spread))
+    return scalars
+
+
+def step_time_scalars(stats: StepStats) -> dict[str, float]:
+    """The step's own time and throughput: all that a run without a timed hook has."""
+    return {
+        "step/time_ms": stats.step_ms,
+        "step/samples_per_s": stats.samples_per_s,
+        "step/samples_per_s_per_device": stats.samples_per_s_per_device,
+        "step/fwd_bwd_ms": stats.fwd_bwd_ms,
+    }
+
+
+def rank_scalars(spread: RankSpread, timed_comm: bool = True) -> dict[str, float]:
+    """The skew across ranks at a gathered step (its communication parts only where buckets were timed)."""
+    scalars = {"ranks/step_ms_skew": spread.step_ms_skew, "ranks/slowest_rank": spread.slowest_rank}
+    if timed_comm:
         scalars.update(
             {
-                "ranks/step_ms_skew": spread.step_ms_skew,
                 "ranks/comm_ms_skew": spread.comm_ms_skew,
-                "ranks/slowest_rank": spread.slowest_rank,
                 "ranks/bucket_ms_skew_max": spread.bucket_ms_skew_max,
                 "comm/busbw_fastest_rank_gbps": spread.busbw_fastest_gbps,
             }

@@ -1,5 +1,9 @@
 """Builds and runs the Lightning Trainer for a resolved TrainConfig: DDP, TensorBoard, the timing callback.
 
+With --harness off the Trainer, model and data are the same but nothing of the harness is attached (no timing
+callback, hook, logger, events or summary.json): Lightning alone, against which the harness's cost is measured.
+Either way WindowClock reads the wall clock and the CPU clocks at the start of two steps, for the time per step.
+
 One rank's whole life (process group, signals, failures, exit code) is harness.train.rank; train.py starts
 the ranks.
 """
@@ -8,7 +12,10 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
+import time
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -17,7 +24,7 @@ from lightning.pytorch.strategies import DDPStrategy
 
 from harness.common import dist_env
 from harness.train.callback import CommTimingCallback
-from harness.train.config import TrainConfig, claim_run_version, run_version
+from harness.train.config import RUN_VERSION_ENV, TrainConfig, claim_run_version, run_version
 from harness.train.module import CommBenchModule, make_dataloader
 from harness.train.progress_bar import CommProgressBar
 from models import get_model_spec
@@ -43,16 +50,105 @@ def prepare_process_env(cfg: TrainConfig) -> None:
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         # One process per core share on CPU: more threads than cores makes ranks starve each other.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, cfg.devices)))
-    if dist_env.detect().rank == 0:  # the one rank that writes into the run's directory claims it
+    if cfg.harness == "off":  # nothing is written: no run directory (drop the one train.py claimed, if empty)
+        _drop_empty_run_dir(cfg)
+    elif dist_env.detect().rank == 0:  # the one rank that writes into the run's directory claims it
         claim_run_version(Path(cfg.logdir) / cfg.run_name)
     else:
         run_version()
 
 
+def _drop_empty_run_dir(cfg: TrainConfig) -> None:
+    """Rank 0 of a --harness off run removes the version directory train.py claimed before starting the ranks
+    (and the run name's, if that leaves it empty). rmdir removes empty directories only."""
+    version = os.environ.get(RUN_VERSION_ENV)
+    if dist_env.detect().rank != 0 or not version:
+        return
+    run_dir = Path(cfg.logdir) / cfg.run_name
+    for path in (run_dir / version, run_dir):
+        try:
+            path.rmdir()
+        except OSError:
+            return
+
+
+class WindowClock(pl.Callback):
+    """Wall time and CPU time (main thread, whole process) per step over a window of steps: from the start of
+    step `first` to the start of the last step (max_steps - 1), as bench.plain_ddp times its own loop. The
+    clocks are read once at each end, in on_train_batch_start before the harness's work of that step (this
+    callback comes before the timing callback), with the GPU drained there; nothing is done between.
+
+    With `report` (--harness off), rank 0 prints window_line() at the end of training."""
+
+    def __init__(self, first: int, max_steps: int, cuda: bool, report: bool = False) -> None:
+        self.first, self.last = first, max_steps - 1
+        self.cuda = cuda
+        self.report = report
+        self._start: tuple[float, float, float] | None = None
+        self._end: tuple[float, float, float] | None = None
+        self._train_start = 0.0
+        self.train_s = float("nan")
+        self.steps = 0
+
+    def _now(self) -> tuple[float, float, float]:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter(), time.thread_time(), time.process_time()
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._train_start = time.perf_counter()
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int):
+        step = trainer.global_step
+        if step == self.first and self._start is None and self.first < self.last:
+            self._start = self._now()
+        elif step == self.last and self._end is None and self._start is not None:
+            self._end = self._now()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.train_s = time.perf_counter() - self._train_start
+        self.steps = trainer.global_step
+        if self.report and trainer.is_global_zero:
+            print(self.window_line(), flush=True)
+
+    def result(self) -> dict[str, float] | None:
+        """The window's ms per step (wall, main-thread CPU, process CPU), once both ends were read; else None."""
+        if self._start is None or self._end is None:
+            return None
+        steps = self.last - self.first
+        wall, thread, process = ((b - a) * 1e3 / steps for a, b in zip(self._start, self._end, strict=True))
+        return {
+            "first_step": self.first,
+            "last_step": self.last,
+            "wall_ms_per_step": wall,
+            "main_thread_cpu_ms_per_step": thread,
+            "process_cpu_ms_per_step": process,
+        }
+
+    def window_line(self) -> str:
+        """The end line of a --harness off run (bench.vs_plain reads it with WINDOW_LINE)."""
+        head = f"# Lightning alone (--harness off): {self.steps} steps in {self.train_s:.1f} s"
+        window = self.result()
+        if window is None:
+            return f"{head}; too few steps to time a window from step {self.first} (--window-start)"
+        return (
+            f"{head}; steps {self.first} to {self.last}: {window['wall_ms_per_step']:.3f} ms/step, CPU "
+            f"{window['main_thread_cpu_ms_per_step']:.3f} ms main thread, {window['process_cpu_ms_per_step']:.3f} "
+            "ms process per step (rank 0); no timing hook, events or summary.json"
+        )
+
+
+# What WindowClock.window_line() says, for bench.vs_plain: first, last, wall, main-thread CPU, process CPU.
+WINDOW_LINE = re.compile(
+    r"steps (\d+) to (\d+): ([\d.]+) ms/step, CPU ([\d.]+) ms main thread, ([\d.]+) ms process per step"
+)
+
+
 def build_trainer(
     cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None
-) -> tuple[pl.Trainer, CommBenchModule, CommTimingCallback]:
-    """The Trainer, the module and the timing callback; `extra_callbacks` run before the timing callback."""
+) -> tuple[pl.Trainer, CommBenchModule, CommTimingCallback | None]:
+    """The Trainer, the module and the timing callback (None with --harness off); `extra_callbacks` run before
+    the timing callback."""
     spec = get_model_spec(cfg.model)
     ddp_kwargs = {
         "gradient_as_bucket_view": cfg.gradient_as_bucket_view,
@@ -65,27 +161,37 @@ def build_trainer(
         timeout=datetime.timedelta(seconds=cfg.timeout_s),
         **ddp_kwargs,
     )
-    samples_per_step = (
-        spec.samples_per_batch(cfg.batch_size, cfg.seq_len) * cfg.accumulate_grad_batches * cfg.world_size
-    )
-    timing = CommTimingCallback(
-        hook_name=cfg.comm_hook,
-        samples_per_step=samples_per_step,
-        sample_unit=spec.sample_unit,
-        settings=cfg.to_dict(),
-        powersgd_rank=cfg.powersgd_rank,
-        bucket_cap_mb=cfg.bucket_cap_mb,
-        calibration_steps=cfg.calibration_steps,
-        calibration_every=cfg.calibration_every,
-        gather_every=cfg.gather_every,
-    )
-    logger = TensorBoardLogger(
-        save_dir=cfg.logdir,
-        name=cfg.run_name,
-        version=run_version(),
-        default_hp_metric=False,
-        flush_secs=EVENTS_FLUSH_S,
-    )
+    harness_on = cfg.harness == "on"
+    clock = WindowClock(cfg.window_start, cfg.max_steps, cuda=cfg.use_gpu, report=not harness_on)
+    callbacks = [*(extra_callbacks or []), clock]
+    timing, logger = None, False
+    if harness_on:
+        samples_per_step = (
+            spec.samples_per_batch(cfg.batch_size, cfg.seq_len) * cfg.accumulate_grad_batches * cfg.world_size
+        )
+        timing = CommTimingCallback(
+            hook_name=cfg.comm_hook,
+            samples_per_step=samples_per_step,
+            sample_unit=spec.sample_unit,
+            settings=cfg.to_dict(),
+            powersgd_rank=cfg.powersgd_rank,
+            bucket_cap_mb=cfg.bucket_cap_mb,
+            calibration_steps=cfg.calibration_steps,
+            calibration_every=cfg.calibration_every,
+            gather_every=cfg.gather_every,
+            log_every=cfg.log_every,
+            clock=clock,
+        )
+        callbacks.append(timing)
+        if cfg.progress_bar:
+            callbacks.append(CommProgressBar(timing))
+        logger = TensorBoardLogger(
+            save_dir=cfg.logdir,
+            name=cfg.run_name,
+            version=run_version(),
+            default_hp_metric=False,
+            flush_secs=EVENTS_FLUSH_S,
+        )
     trainer = pl.Trainer(
         accelerator=cfg.accelerator,
         devices=cfg.devices,
@@ -96,7 +202,8 @@ def build_trainer(
         max_epochs=-1,
         accumulate_grad_batches=cfg.accumulate_grad_batches,
         logger=logger,
-        callbacks=[*(extra_callbacks or []), timing, CommProgressBar(timing)],
+        callbacks=callbacks,
+        enable_progress_bar=cfg.progress_bar,  # with --harness off, Lightning's own bar
         enable_checkpointing=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
@@ -121,9 +228,10 @@ def _without_lightning_sigterm(trainer: pl.Trainer) -> None:
         epoch_loop._broadcast_sigterm_tensor = lambda: None
 
 
-def run_training(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None) -> CommTimingCallback:
+def run_training(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None) -> CommTimingCallback | None:
     """Train in this process, inside an existing world; returns the timing callback (its aggregate holds the
-    run's measurements). train.py goes through harness.train.rank, which adds signals and failure reports."""
+    run's measurements; None with --harness off). train.py goes through harness.train.rank, which adds signals
+    and failure reports."""
     prepare_process_env(cfg)
     trainer, module, timing = build_trainer(cfg, extra_callbacks)
     trainer.fit(module, make_dataloader(cfg))

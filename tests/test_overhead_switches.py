@@ -1,0 +1,163 @@
+"""The switches that lower the harness's cost (issue 11): --log-every, --no-progress-bar, --comm-hook none and
+--harness off, as real train.py runs on gloo (resnet_tiny, a dozen steps); the CPU cost in summary.json; the
+progress bar's phase; and the one-line refusals of bad values."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from harness.common.names import SUMMARY_FILE
+from harness.train.callback import CommTimingCallback
+from harness.train.stamps import BucketTiming
+from harness.train.step_log import StepLog
+from harness.train.step_stats import StepStats
+from harness.train.trainer import WINDOW_LINE
+from tests.train_runs import REPO, run_train
+
+STEPS = 12
+# Warm-up 0, 1; a calibration block 2, 3 and none later; measured 4..11.
+CALIBRATION = ["--calibration-steps", "2", "--calibration-every", "0"]
+TINY = ["--model", "resnet_tiny", "--max-steps", str(STEPS), "--gather-every", "0", *CALIBRATION]
+
+
+def only_summary(logdir: Path) -> dict:
+    summaries = list(logdir.glob(f"*/*/{SUMMARY_FILE}"))
+    assert len(summaries) == 1, summaries
+    return json.loads(summaries[0].read_text())
+
+
+def events(logdir: Path) -> EventAccumulator:
+    acc = EventAccumulator(str(next(logdir.glob(f"*/*/{SUMMARY_FILE}")).parent), size_guidance={"scalars": 0})
+    acc.Reload()
+    return acc
+
+
+@pytest.mark.slow
+def test_log_every_writes_every_nth_step_and_the_summary_counts_all(tmp_path):
+    logdir = tmp_path / "runs"
+    proc = run_train([*TINY, "--log-every", "3", "--no-progress-bar"], logdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    acc = events(logdir)
+    for tag in ("step/time_ms", "comm/time_ms", "comm/bucket_00/time_ms", "comm/bucket_00/time_ms_p50"):
+        assert [e.step for e in acc.Scalars(tag)] == [6, 9], tag
+    assert [e.step for e in acc.Scalars("setup/warmup_step_ms")] == [0, 1]
+    assert [e.step for e in acc.Scalars("setup/calibration_step_ms")] == [2, 3]
+    summary = only_summary(logdir)
+    assert summary["totals"]["steps_measured"] == 8
+    assert summary["settings"]["log_every"] == 3 and summary["settings"]["progress_bar"] is False
+    # No bar: neither tqdm's rate nor the bar's fields anywhere in the output.
+    assert "it/s" not in proc.stdout + proc.stderr and "comm_ms=" not in proc.stdout + proc.stderr
+    # The CPU cost over the window, from the start of step 4 (after warm-up and calibration) to that of step 11.
+    overhead = summary["overhead_s"]
+    assert (overhead["cpu_window_first_step"], overhead["cpu_window_last_step"]) == (4, 11)
+    assert 0 < overhead["harness_cpu_ms_per_step"] < overhead["loop_cpu_ms_per_step"]
+    assert overhead["loop_cpu_ms_per_step"] <= overhead["process_cpu_ms_per_step"]
+    assert overhead["progress_bar_cpu_ms_per_step"] == 0 and overhead["wall_ms_per_step"] > 0
+
+
+@pytest.mark.slow
+def test_no_hook_times_steps_only_and_compare_reads_it(tmp_path):
+    logdir = tmp_path / "runs"
+    proc = run_train([*TINY, "--comm-hook", "none"], logdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = only_summary(logdir)
+    totals = summary["totals"]
+    # Calibration needs the hook: none ran, so every step after warm-up is measured.
+    assert totals["steps_measured"] == STEPS - 2 and totals["calibration_steps"] == 0
+    assert totals["step_ms_p50"] > 0 and totals["samples_per_s_p50"] > 0
+    assert summary["buckets"] == []
+    for key in ("comm_ms_p50", "bytes_per_step", "busbw_gbps_p50", "exposed_ms_p50"):
+        assert totals[key] is None, key
+    assert "--comm-hook none" in totals["exposure_verdict"] and "--comm-hook none" in proc.stdout
+    tags = events(logdir).Tags()["scalars"]
+    assert "step/time_ms" in tags and not [tag for tag in tags if tag.startswith("comm/")]
+    # The bar is on, without communication figures.
+    assert "it/s" in proc.stdout and "comm_ms=" not in proc.stdout
+    compare = subprocess.run(
+        [sys.executable, "-m", "harness.compare", str(logdir)], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert compare.returncode == 0, compare.stderr
+    row = next(line for line in compare.stdout.splitlines() if "resnet_tiny" in line)
+    assert " none " in row and "done" in row
+
+
+@pytest.mark.slow
+def test_harness_off_is_lightning_alone_and_writes_nothing(tmp_path):
+    logdir = tmp_path / "runs"
+    proc = run_train([*TINY, "--harness", "off"], logdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # The line follows the bar's last redraw (carriage returns, no newline) on stdout.
+    line = next(line for line in proc.stdout.splitlines() if "# Lightning alone" in line)
+    assert f"{STEPS} steps in" in line
+    match = WINDOW_LINE.search(line)
+    assert match is not None and match.group(1, 2) == ("4", "11"), line
+    assert float(match.group(3)) > 0
+    assert "Gradient communication" not in proc.stdout  # no table: no timing callback
+    assert not [path for path in logdir.rglob("*")], "a --harness off run writes nothing"
+
+
+def test_bad_switch_is_one_line_exit_2(tmp_path):
+    for args in (["--log-every", "0"], ["--harness", "off", "--comm-hook", "fp16"]):
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "train.py"), *args, "--logdir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert lines[-1].startswith("train.py: error:") and args[-2] in lines[-1]
+
+
+def stats(step: int, calibration: bool = False) -> StepStats:
+    return StepStats(step, 10.0, 400.0, 200.0, 1, 4000, 2.0, 0.0, 1.0, 1.0, 2.0, 0.5, calibration=calibration)
+
+
+def bucket(step: int, ms: float) -> BucketTiming:
+    return BucketTiming(step, 0, 1, 1000, 4000, "float32", 1.0, 1.0 + ms, ms, 0.0, ((1.0, 1.0 + ms),))
+
+
+class FakeWriter:
+    """What StepLog writes through: SummaryWriter's file writer (add_summary) and its custom scalars."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def _get_file_writer(self) -> FakeWriter:
+        return self
+
+    def add_summary(self, summary, global_step: int) -> None:
+        self.steps.append(global_step)
+
+    def add_custom_scalars(self, layout) -> None:
+        pass
+
+
+def test_steps_not_logged_still_feed_the_bucket_bands():
+    writer = FakeWriter()
+    log = StepLog(writer, world_size=2, every=3)
+    for step in range(2, 11):
+        log.write(stats(step), [bucket(step, float(step))], None, measured=True)
+    assert writer.steps == [3, 6, 9]
+    assert list(log.bands.windows[0]) == [float(step) for step in range(2, 11)]
+
+
+def test_progress_bar_says_when_the_run_is_calibrating():
+    timing = CommTimingCallback("allreduce", 8, "image", {}, calibration_steps=2)
+    timing._current_step = 0
+    assert timing.progress_bar_metrics() == {"phase": "warm-up"}
+    timing._current_step = 3
+    assert timing.progress_bar_metrics() == {"phase": "calibrating"}  # nothing measured to show yet
+    timing.last_measured = stats(4)
+    timing._current_step = 6
+    metrics = timing.progress_bar_metrics()
+    assert "phase" not in metrics and metrics["comm_ms"] == "2" and metrics["step_ms"] == "10"
+    untimed = CommTimingCallback("none", 8, "image", {})
+    untimed.last_measured, untimed._current_step = stats(4), 6
+    assert "comm_ms" not in untimed.progress_bar_metrics()
