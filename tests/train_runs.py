@@ -24,6 +24,16 @@ PROMISED_TAGS = [
 BUCKET_TAGS = ["time_ms", "bytes", "busbw_gbps"]
 
 
+def measured_steps_upto(last: int) -> list[int]:
+    """The steps a run with the default calibration logs under the headline tags, up to `last`: not warm-up,
+    not calibration."""
+    from harness.common.names import WARMUP_STEPS
+    from harness.train.calibration import DEFAULT_BLOCK_STEPS, DEFAULT_EVERY, Calibration
+
+    calibration = Calibration(DEFAULT_BLOCK_STEPS, DEFAULT_EVERY)
+    return [s for s in range(WARMUP_STEPS, last + 1) if not calibration.is_calibration_step(s)]
+
+
 def train_env() -> dict[str, str]:
     """The test's environment without a launcher's or an earlier run's variables."""
     env = {

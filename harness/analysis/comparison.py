@@ -247,13 +247,17 @@ def _run_row(run: RunData) -> Row:
         sample_unit=(run.summary or {}).get("sample_unit"),
         complete=complete,
         note="; ".join(filter(None, [note, *value_notes])),
-        exposed_ci95=_interval((run.summary or {}).get("totals", {}).get("exposed_ms_ci95")),
+        exposed_ci95=_interval((run.summary or {}).get("totals", {}).get("exposed_ms_ci95"), values["exposed_ms"]),
     )
 
 
-def _interval(value: list[float | None] | None) -> tuple[float | None, float | None] | None:
-    """A checked [low, high] from summary.json (runs.read_summary) as a tuple; None where absent."""
-    return (value[0], value[1]) if value is not None else None
+def _interval(value: list[float | None] | None, exposed_ms: float | None) -> tuple[float | None, float | None] | None:
+    """A checked [low, high] from summary.json (runs.read_summary) as a tuple. JSON has no NaN or infinity, so
+    null ends mean "unbounded" beside a known exposed time (one calibration sample), and "not measured" beside
+    none (no calibration, no hook): None then, as where the field is absent."""
+    if value is None or exposed_ms is None:
+        return None
+    return value[0], value[1]
 
 
 def _group_row(name: str, members: Sequence[RunData]) -> Row:

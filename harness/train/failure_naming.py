@@ -41,23 +41,16 @@ def _raised_in(err: BaseException, functions: tuple[str, ...]) -> bool:
 
 
 def _stuck_record(records: list[BucketRecord]) -> BucketRecord | None:
-    """The bucket to name when a step fails: the first (launch order) whose collective failed, else the first
-    still in flight; None when every launched collective finished. On NCCL a future completes at enqueue, so
-    this finds none there (NCCL's watchdog names the collective in its own report)."""
+    """The bucket to name when a step fails: the first (launch order) one of whose collectives failed, else the
+    first with a collective still in flight; None when every launched collective finished. Read from the done
+    stamps the hook's callbacks take (and their failure flag). On NCCL a future completes at enqueue, so this
+    finds none there (NCCL's watchdog names the collective in its own report)."""
     in_flight = None
     for record in records:
-        future = record.work.get_future() if record.work is not None else None
-        if future is None:  # PowerSGD chains its own futures: only the done stamp tells
-            unfinished = record.done_ns == 0 and record.done_event is None
-            in_flight = in_flight or (record if unfinished else None)
-            continue
-        if not future.done():
-            in_flight = in_flight or record
-            continue
-        try:
-            future.value()
-        except Exception:  # the collective failed: this is the one
+        if any(c.failed for c in record.collectives):
             return record
+        if in_flight is None and any(c.done is None for c in record.collectives):
+            in_flight = record
     return in_flight
 
 

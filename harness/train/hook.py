@@ -99,7 +99,12 @@ class TimedHookState:
 
         def stamp_done(fut: torch.futures.Future[list[torch.Tensor]]) -> Any:
             collective.done = self.stamps.now()
-            return then(fut.value()) if then is not None else fut.value()
+            try:
+                result = fut.value()
+            except Exception:
+                collective.failed = True  # for the failure message (failure_naming), then DDP sees the error
+                raise
+            return then(result) if then is not None else result
 
         return work.get_future().then(stamp_done)
 

@@ -53,6 +53,7 @@ class CollectiveStamps:
 
     launch: Stamp
     done: Stamp | None = None
+    failed: bool = False  # its future completed with an error (a peer died, a timeout)
 
 
 @dataclass(slots=True)

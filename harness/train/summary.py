@@ -185,8 +185,9 @@ def format_table(summary: dict[str, Any]) -> str:
         f"{t['steps_measured']} steps measured after {t['warmup_steps']} warm-up and "
         f"{t['calibration_steps']} calibration; bucket times are collectives only ({t.get('time_source')}), "
         "codec is the hook's own compute",
-        header,
     ]
+    if summary["buckets"]:
+        lines.append(header)
     for b in summary["buckets"]:
         lines.append(
             f"{b['index']:>6} {b['num_params']:>7} {_short(b['first_param']):<{NAME_WIDTH}} "
@@ -194,12 +195,15 @@ def format_table(summary: dict[str, Any]) -> str:
             f"{b['bytes'] / MB:>9.2f} {b['time_ms_p50']:>9.3f} {b['time_ms_p90']:>9.3f} {b['busbw_gbps_p50']:>10.2f} "
             f"{b['codec_ms_p50']:>9.3f}"
         )
-    lines += [
-        f"# step p50 {t['step_ms_p50']:.2f} ms (p90 {t['step_ms_p90']:.2f}), {t['samples_per_s_p50']:.1f} {unit}s/s",
-        f"# comm p50 {t['comm_ms_p50']:.2f} ms per step (p90 {t['comm_ms_p90']:.2f}) for "
-        f"{t['bytes_per_step'] / MB:.2f} MB, busbw {t['busbw_gbps_p50']:.2f} GB/s, slowest bucket "
-        f"{t['max_bucket_ms_p50']:.2f} ms; codec {t['codec_ms_p50']:.2f} ms per step",
-    ]
+    lines.append(
+        f"# step p50 {t['step_ms_p50']:.2f} ms (p90 {t['step_ms_p90']:.2f}), {t['samples_per_s_p50']:.1f} {unit}s/s"
+    )
+    if summary["buckets"] and not math.isnan(t["comm_ms_p50"]):  # none without a timed hook (--comm-hook none)
+        lines.append(
+            f"# comm p50 {t['comm_ms_p50']:.2f} ms per step (p90 {t['comm_ms_p90']:.2f}) for "
+            f"{t['bytes_per_step'] / MB:.2f} MB, busbw {t['busbw_gbps_p50']:.2f} GB/s, slowest bucket "
+            f"{t['max_bucket_ms_p50']:.2f} ms; codec {t['codec_ms_p50']:.2f} ms per step"
+        )
     if not math.isnan(t["exposed_ms_p50"]):
         lo, hi = t["exposed_ms_ci95"]
         olo, ohi = t["overlap_pct_ci95"]
@@ -229,6 +233,16 @@ def format_table(summary: dict[str, Any]) -> str:
             f"{between:.3f} s ({t['between_steps_ms_p50']:.2f} ms a step, rank gathers "
             f"{overhead['rank_gathers'] * 1e3:.1f} ms of it in {overhead['gathers']}): "
             f"{100 * (overhead['calibration'] + between) / run_s:.2f} % of the run's {run_s:.1f} s"
+        )
+    if overhead.get("loop_cpu_ms_per_step") is not None:
+        harness, loop = overhead["harness_cpu_ms_per_step"], overhead["loop_cpu_ms_per_step"]
+        lines.append(
+            f"# harness CPU {harness:.2f} ms of the training loop's {loop:.2f} ms main-thread CPU per step "
+            f"({100 * harness / loop:.1f} %: callback {overhead['callback_cpu_ms_per_step']:.2f}, progress bar "
+            f"{overhead['progress_bar_cpu_ms_per_step']:.2f}), steps {overhead['cpu_window_first_step']}–"
+            f"{overhead['cpu_window_last_step']} on rank 0 (wall {overhead['wall_ms_per_step']:.2f} ms, process "
+            f"{overhead['process_cpu_ms_per_step']:.2f} ms CPU per step); a step without hook and logging cannot "
+            "run in the same run: bench.vs_plain compares --comm-hook none"
         )
     if summary["world_size"] == 1:
         lines.append("# world size 1: busbw is 0 by definition (no data crosses a link)")
