@@ -32,7 +32,6 @@ import time
 import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
-from lightning.pytorch.strategies import DDPStrategy
 
 from bench.ab import interleave, summarize, time_block
 from bench.plain_ddp import plain_loop
@@ -40,6 +39,7 @@ from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
 from harness.train.config import TrainConfig
+from harness.train.ddp_strategy import SameStreamDDPStrategy
 from harness.train.module import CommBenchModule, make_dataloader
 from harness.train.trainer import _without_lightning_sigterm, prepare_process_env, run_training
 from models import get_model_spec
@@ -105,7 +105,7 @@ def lightning_round(args: argparse.Namespace, cuda: bool, logdir: str, round_ind
     trainer = pl.Trainer(
         accelerator=cfg.accelerator,
         devices=cfg.devices,
-        strategy=DDPStrategy(process_group_backend="nccl" if cuda else "gloo"),
+        strategy=SameStreamDDPStrategy(process_group_backend="nccl" if cuda else "gloo"),
         precision=cfg.precision,
         max_steps=cfg.max_steps,
         max_epochs=-1,

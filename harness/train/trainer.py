@@ -20,11 +20,11 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.strategies import DDPStrategy
 
 from harness.common import dist_env
 from harness.train.callback import CommTimingCallback
 from harness.train.config import RUN_VERSION_ENV, TrainConfig, claim_run_version, run_version
+from harness.train.ddp_strategy import SameStreamDDPStrategy
 from harness.train.module import CommBenchModule, make_dataloader
 from harness.train.progress_bar import CommProgressBar
 from models import get_model_spec
@@ -156,7 +156,7 @@ def build_trainer(
     }
     if cfg.bucket_cap_mb is not None:
         ddp_kwargs["bucket_cap_mb"] = cfg.bucket_cap_mb
-    strategy = DDPStrategy(
+    strategy = SameStreamDDPStrategy(
         process_group_backend="nccl" if cfg.use_gpu else "gloo",
         timeout=datetime.timedelta(seconds=cfg.timeout_s),
         **ddp_kwargs,
