@@ -28,8 +28,9 @@ SEGMENTS = (
     ("rest of the step", "#BBBBBB"),
 )
 UNSPLIT = ("step, not split (exposure not measured)", "#888888")
-BAR_HEIGHT_IN = 0.45  # figure height per bar, so that a long comparison stays readable
-LABEL_ROOM = 1.45  # the x axis runs this far past the longest bar, for the labels at the bars' ends
+ROW_HEIGHT_IN = 0.62  # figure height per row (its name above its bar), so that a long comparison stays readable
+BAR_HEIGHT = 0.5  # of a row's height; its name takes the rest
+LABEL_ROOM = 1.5  # the x axis runs this far past the longest bar or whisker, for the labels at their ends
 DPI = 110  # about 1,100 pixels wide: sharp in a pull request without being heavy
 
 
@@ -49,46 +50,58 @@ def segments(row: Row) -> tuple[float, float, float] | None:
     return compute, shown, max(step - compute - shown, 0.0)
 
 
+def whisker(row: Row) -> tuple[float, float, float] | None:
+    """(low, centre, high) of the exposed interval on the bar's axis (after the compute-only segment), or None
+    where the row has no split or no bounded interval (one calibration sample, a group of runs)."""
+    parts = segments(row)
+    if parts is None or row.exposed_ci95 is None or None in row.exposed_ci95:
+        return None
+    low, high = row.exposed_ci95
+    return parts[0] + low, parts[0] + row.values["exposed_ms"], parts[0] + high
+
+
 def step_bars_figure(rows: Sequence[Row]) -> Any:
-    """The figure (matplotlib.figure.Figure): one horizontal bar per row, top to bottom in the rows' order."""
+    """The figure (matplotlib.figure.Figure): one horizontal bar per row, top to bottom in the rows' order,
+    each row's name above its bar (names are long: they would squeeze the bars as tick labels)."""
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(10, 1.6 + BAR_HEIGHT_IN * len(rows)), dpi=DPI, layout="constrained")
+    figure = Figure(figsize=(10, 1.5 + ROW_HEIGHT_IN * len(rows)), dpi=DPI, layout="constrained")
     axes = figure.add_subplot()
     ys = list(range(len(rows)))
     split = [segments(row) for row in rows]
     left = [0.0] * len(rows)
     for i, (label, colour) in enumerate(SEGMENTS):
         widths = [parts[i] if parts else 0.0 for parts in split]
-        axes.barh(ys, widths, left=left, height=0.6, color=colour, label=label)
+        axes.barh(ys, widths, left=left, height=BAR_HEIGHT, color=colour, label=label)
         left = [a + b for a, b in zip(left, widths, strict=True)]
-    unsplit = [_unsplit_ms(row, parts) for row, parts in zip(rows, split, strict=True)]
+    unsplit = [(row.values["step_ms"] or 0.0) if parts is None else 0.0 for row, parts in zip(rows, split, strict=True)]
     if any(unsplit):
-        axes.barh(ys, unsplit, height=0.6, color=UNSPLIT[1], hatch="//", label=UNSPLIT[0])
-    for y, row, parts in zip(ys, rows, split, strict=True):
-        if parts is not None and row.exposed_ci95 is not None and None not in row.exposed_ci95:
-            (low, high), exposed = row.exposed_ci95, row.values["exposed_ms"]
-            error = [[exposed - low], [high - exposed]]
-            axes.errorbar(parts[0] + exposed, y, xerr=error, fmt="none", ecolor="black", elinewidth=1.2, capsize=4)
-    largest = max([sum(p) for p in split if p] + [u for u in unsplit if u] + [1e-9])
-    for y, row, parts, whole in zip(ys, rows, split, unsplit, strict=True):
-        end = sum(parts) if parts else whole
-        axes.text(end + largest * 0.01, y, _bar_label(row), va="center", fontsize=9)
-    axes.set_yticks(ys, [row.name for row in rows], fontsize=9)
-    axes.invert_yaxis()  # the first row on top, as in the table
+        axes.barh(ys, unsplit, height=BAR_HEIGHT, color=UNSPLIT[1], hatch="//", label=UNSPLIT[0])
+    ends = [max(a, b) for a, b in zip(left, unsplit, strict=True)]  # where each bar ends
+    for y, row in zip(ys, rows, strict=True):
+        interval = whisker(row)
+        if interval is not None:
+            low, centre, high = interval
+            axes.errorbar(centre, y, xerr=[[centre - low], [high - centre]], fmt="none", ecolor="black", capsize=4)
+            ends[y] = max(ends[y], high)
+    largest = max([*ends, 1e-9])
+    for y, row in zip(ys, rows, strict=True):
+        axes.text(ends[y] + largest * 0.01, y, _bar_label(row), va="center", fontsize=9)
+        axes.text(largest * 0.003, y - BAR_HEIGHT / 2 - 0.04, row.name, va="bottom", fontsize=9, weight=_weight(row))
+    axes.set_yticks([])
+    axes.set_ylim(len(rows) - 0.5, -0.75)  # the first row on top, as in the table; room for its name
     axes.set_xlim(0, largest * LABEL_ROOM)
     axes.set_xlabel("ms per optimizer step (medians of the measured steps)")
     base = next((row.name for row in rows if row.is_baseline), "")
-    axes.set_title(f"What a step is made of (Δ: step time against {base})", fontsize=11, loc="left")
+    axes.set_title(f"What a step is made of (Δ: step time against {base})", fontsize=10, loc="left")
     figure.legend(loc="outside lower center", ncols=4, fontsize=9, frameon=False)
     axes.grid(axis="x", alpha=0.3)
     axes.set_axisbelow(True)
     return figure
 
 
-def _unsplit_ms(row: Row, parts: tuple[float, float, float] | None) -> float:
-    """The whole step of a row that cannot be split (0 where it can, or has no step time)."""
-    return (row.values["step_ms"] or 0.0) if parts is None else 0.0
+def _weight(row: Row) -> str:
+    return "bold" if row.is_baseline else "normal"
 
 
 def _bar_label(row: Row) -> str:
