@@ -78,7 +78,7 @@ class Row:
     complete: bool
     note: str
     is_baseline: bool = False
-    # exposed ms's 95 % interval from summary.json (None: not known, or a group of runs); an end is None when
+    # exposed ms's 95 % interval from summary.json (None: not known, or a group of several runs); an end is None when
     # the interval is unbounded there (one calibration sample)
     exposed_ci95: tuple[float | None, float | None] | None = None
     runs: int = 1  # with --group-repeats: how many runs this row is the median of
@@ -137,17 +137,16 @@ def select_baseline(names: Sequence[str], query: str | None) -> str:
 
 
 def _baseline_in_directory(rows: Sequence[Row], query: str, in_directory: Collection[str]) -> str:
-    """The one row made of the runs that `--baseline DIR` holds (runs.runs_in_directory); a UsageError listing the
-    candidates when it holds none of the runs compared, or runs of several rows."""
+    """The one row made of the runs that `--baseline DIR` holds (runs.runs_in_directory, at least one); a
+    UsageError listing the candidates when they make several rows."""
     matches = [row.name for row in rows if set(row.members) & set(in_directory)]
     if len(matches) == 1:
         return matches[0]
-    if not matches:
-        raise UsageError(f"--baseline {query!r} is a directory that holds none of the runs compared")
     repeats = {workload_hash(row.workload) for row in rows if row.name in matches and row.workload}
     hint = ", or --group-repeats to take them as one" if len(repeats) == 1 and len(matches) > 1 else ""
     raise UsageError(
-        f"--baseline {query!r} holds several runs: {', '.join(matches)}; give one version's directory{hint}"
+        f"--baseline {query!r} is ambiguous: that directory holds {', '.join(matches)}; give one version's "
+        f"directory{hint}"
     )
 
 
@@ -250,8 +249,8 @@ def build_rows(
 ) -> list[Row]:
     """One row per run, or with `group_repeats` per run name and workload (the median of its repeats), in
     natural name order, with changes against the baseline row: by default the first row with numbers, else
-    `baseline` as select_baseline reads it, or, where `baseline` names a directory that is no row's name, the
-    row of the runs in it (`baseline_runs`, from runs.runs_in_directory)."""
+    `baseline` as select_baseline reads it, or, where `baseline` is no row's name but a directory that holds
+    runs, the row of those runs (`baseline_runs`, from runs.runs_in_directory)."""
     runs = sorted(runs, key=lambda r: natural_key(r.name))
     if group_repeats:
         groups = repeat_groups(runs)
@@ -261,7 +260,7 @@ def build_rows(
     names = [r.name for r in rows]
     # By default the first row by name that has numbers: a damaged or empty run would leave every Δ unknown.
     usable = [r.name for r in rows if any(v is not None for v in r.values.values())]
-    if baseline is not None and baseline_runs is not None and baseline.rstrip("/") not in names:
+    if baseline and baseline_runs and baseline.rstrip("/") not in names:
         base_name = _baseline_in_directory(rows, baseline, baseline_runs)
     else:
         base_name = select_baseline(names if baseline or not usable else usable, baseline)
@@ -406,6 +405,7 @@ def _group_row(name: str, members: Sequence[RunData]) -> Row:
         sample_unit=units.pop() if len(units) == 1 else None,
         complete=all(row.complete for row in member_rows),
         note="; ".join(notes),
+        exposed_ci95=member_rows[0].exposed_ci95 if len(member_rows) == 1 else None,  # no interval of a median
         runs=len(member_rows),
         step_spread_pct=spread,
         members=tuple(row.name for row in all_rows),
