@@ -71,9 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--baseline",
         metavar="NAME|DIR",
-        help="baseline row: its name, a unique part of it, or a run's directory (a version's, or a run name's "
-        "holding one version; default: the first row by name). Rows that train another model, image size, "
-        "sequence length, batch size or data than the baseline are compared with a warning line for each",
+        help="baseline row: its name, a unique part of it, or a run's directory (a version's, or a run name's: its "
+        "one version, or its repeats with --group-repeats; default: the first row by name). Rows that train another "
+        "model, image size, sequence length, batch size or data source than the baseline are compared all the same, "
+        "with one warning line per kind that differs (stderr and the table's notes)",
     )
     parser.add_argument("--sort", choices=SORT_KEYS, default="run", help="order rows by this column")
     parser.add_argument("--descending", action="store_true", help="sort from the largest value")
