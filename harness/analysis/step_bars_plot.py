@@ -84,7 +84,7 @@ def step_bars_figure(rows: Sequence[Row]) -> Any:
             low, centre, high = interval
             axes.errorbar(centre, y, xerr=[[centre - low], [high - centre]], fmt="none", ecolor="black", capsize=4)
             ends[y] = max(ends[y], high)
-    largest = max([*ends, 1e-9])
+    largest = max(ends, default=0.0) or 1.0  # 1 ms where no row has a step time: an axis, not 1e-9
     for y, row in zip(ys, rows, strict=True):
         axes.text(ends[y] + largest * 0.01, y, _bar_label(row), va="center", fontsize=9)
         axes.text(largest * 0.003, y - BAR_HEIGHT / 2 - 0.04, row.name, va="bottom", fontsize=9, weight=_weight(row))
