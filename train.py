@@ -16,7 +16,10 @@ Exit codes: 0 done; 2 a mistake in the options (one line, before any process sta
 out (--timeout) or lost a peer (one line names the rank, the step and the collective), or rank 0 could no
 longer write its outputs (the line names them); 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP.
 Whatever ends a run, summary.json ("completed": false, "reason") and the events keep what was measured. Each
-run has a directory of its own, <logdir>/<run name>/<start time>, also when two start in the same second.
+run has a directory of its own, <logdir>/<run name>/<start time>, also when two start in the same second; the
+last line of a run that completed names it, with the `tensorboard --logdir` command to view it. The default
+run name is the model, the world, the hook, the bucket cap and a hash of every setting that defines the workload
+(docs/METRICS.md, run identity).
 Without a launcher, the exit code of a rank killed by signal N is 128 + N.
 """
 

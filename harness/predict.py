@@ -107,7 +107,10 @@ def load_summary(run_dir: str) -> dict[str, Any]:
     """A --run's summary.json, which must hold measured buckets; a UsageError saying what is wrong otherwise."""
     path = Path(run_dir) / SUMMARY_FILE
     if not os.path.lexists(path):
-        raise UsageError(f"--run {run_dir!r} has no {SUMMARY_FILE}; give the directory train.py printed")
+        raise UsageError(
+            f"--run {run_dir!r} has no {SUMMARY_FILE}; give a run's directory, as train.py's last line names it "
+            "(<logdir>/<run name>/<version>)"
+        )
     try:
         summary = read_summary(path)
     except BadFile as err:

@@ -7,18 +7,30 @@ import csv
 import io
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness import compare
-from harness.analysis.comparison import build_rows, change_pct, change_pt, measured, select_baseline, sort_rows
+from harness.analysis.comparison import (
+    build_rows,
+    change_pct,
+    change_pt,
+    measured,
+    mixed_workloads,
+    select_baseline,
+    sort_rows,
+)
 from harness.analysis.comparison_tables import format_csv, format_markdown, format_text
-from harness.analysis.runs import RunData, load_runs
+from harness.analysis.runs import RunData, load_runs, runs_in_directory
+from harness.analysis.step_bars_plot import DPI, ROW_HEIGHT_IN, SEGMENTS, step_bars_figure
 from harness.common.cli import UsageError, run_cli
+from harness.common.run_identity import workload_hash
 from tests.test_hostile_inputs import summary, usage_error, write_run
 from tests.train_runs import train_env
 
@@ -29,35 +41,43 @@ RUN_TIMEOUT_S = 240
 PCT_METRICS = ("samples_per_s", "step_ms", "comm_ms", "exposed_ms", "codec_ms")
 
 
-def make_runs(logdir: Path, variants: dict[str, list[str]]) -> dict[str, Path]:
+def make_runs(logdir: Path, variants: dict[str, list[str]], run_name: str | None = None) -> dict[str, Path]:
     """Run train.py once per variant (all at once: the runs' numbers are only compared to their own
-    summary.json) and return each run's directory, `<logdir>/<name>/<version>`."""
+    summary.json), each under its variant's name or all under `run_name`, and return each run's directory,
+    `<logdir>/<name>/<version>`, as train.py's last line names it."""
     procs = {}
     for name, args in variants.items():
         # 2 warm-up, 2 calibration and 3 measured steps: the events hold steps summary.json leaves out.
         cmd = [sys.executable, str(REPO / "train.py"), "--model", "resnet_tiny", "--max-steps", "7"]
-        cmd += ["--calibration-steps", "2"]
-        cmd += ["--logdir", str(logdir), "--run-name", name, *args]
-        log = open(logdir.parent / f"{name}.log", "w")  # noqa: SIM115 (closed below, after the process ends)
-        procs[name] = (subprocess.Popen(cmd, cwd=logdir.parent, env=train_env(), stdout=log, stderr=log), log)
+        cmd += ["--calibration-steps", "2", "--no-progress-bar"]
+        cmd += ["--logdir", str(logdir), "--run-name", run_name or name, *args]
+        out, err = (open(logdir.parent / f"{name}.{kind}", "w") for kind in ("out", "err"))  # noqa: SIM115
+        procs[name] = (subprocess.Popen(cmd, cwd=logdir.parent, env=train_env(), stdout=out, stderr=err), out, err)
     try:
-        for name, (proc, log) in procs.items():
+        for name, (proc, out, err) in procs.items():
             proc.wait(timeout=RUN_TIMEOUT_S)
-            log.close()
-            assert proc.returncode == 0, (logdir.parent / f"{name}.log").read_text()[-3000:]
+            out.close()
+            err.close()
+            logs = [(logdir.parent / f"{name}.{kind}").read_text()[-3000:] for kind in ("out", "err")]
+            assert proc.returncode == 0, logs
     finally:
-        for proc, log in procs.values():
+        for proc, out, err in procs.values():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=30)
-            log.close()
-    return {name: only_child(logdir / name) for name in variants}
+            out.close()
+            err.close()
+    return {name: run_directory_printed(logdir, (logdir.parent / f"{name}.out").read_text()) for name in variants}
 
 
-def only_child(path: Path) -> Path:
-    children = [p for p in path.iterdir() if p.is_dir()]
-    assert len(children) == 1, children
-    return children[0]
+def run_directory_printed(logdir: Path, stdout: str) -> Path:
+    """The run directory that train.py's last line names; the line also gives the command to view the run."""
+    last = stdout.strip().splitlines()[-1]
+    match = re.fullmatch(r"# run directory: (.+) — view: tensorboard --logdir (.+)", last)
+    assert match and match[2] == str(logdir), last
+    run_dir = Path(match[1])
+    assert run_dir.parent.parent == logdir and (run_dir / "summary.json").is_file(), last
+    return run_dir
 
 
 def run_compare(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -77,6 +97,20 @@ def real_runs(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     logdir = root / "runs"
     logdir.mkdir()
     return logdir, make_runs(logdir, VARIANTS)
+
+
+@pytest.fixture(scope="module")
+def one_name_two_workloads(real_runs, tmp_path_factory) -> tuple[Path, dict[str, Path]]:
+    """One run name that ran two workloads, as --run-name given twice does (and as default names did before
+    they held the image size): real_runs' bucket0.5 run (copied), a repeat of it, and the same settings at
+    --image-size 64 (resnet_tiny's default is 32). Two new runs, the smallest that show both."""
+    _, run_dirs = real_runs
+    logdir = tmp_path_factory.mktemp("identity") / "runs"
+    copied = logdir / "bucket0.5" / run_dirs["bucket0.5"].name
+    shutil.copytree(run_dirs["bucket0.5"], copied)
+    settings = ["--bucket-cap-mb", "0.5"]
+    made = make_runs(logdir, {"repeat": settings, "image64": [*settings, "--image-size", "64"]}, run_name="bucket0.5")
+    return logdir, {"copied": copied, **made}
 
 
 # -- pure: no files ---------------------------------------------------------------------------------------
@@ -247,6 +281,81 @@ def test_group_repeats_of_versions_given_by_their_run_directory(tmp_path):
     assert row.name == "resnet50-bucket5" and row.runs == 2 and row.values["step_ms"] == pytest.approx(12.0)
 
 
+def with_settings(name: str, completed: bool = True, step_ms: float = 10.0, **settings) -> RunData:
+    """A run of resnet_tiny at image size 32 (summary_with's other settings), with `settings` changed."""
+    data = summary_with(completed=completed, step_ms=step_ms)
+    data["settings"] |= {"model": "resnet_tiny", "image_size": 32, **settings}
+    return RunData(name, summary=data)
+
+
+def test_group_repeats_only_of_equal_settings():
+    """One run name, two workloads (--run-name given twice): two rows, each named with its settings hash. A run
+    killed before it recorded settings joins its name's runs when they ran one workload."""
+    runs = [
+        with_settings("same/v1", step_ms=10.0),
+        with_settings("same/v2", step_ms=12.0),
+        with_settings("same/v3", step_ms=50.0, image_size=64),
+        with_settings("alone/v1", step_ms=20.0),
+        RunData("alone/v2", scalars={"step/time_ms": [(2, 30.0)]}),  # killed: events only, settings unknown
+    ]
+    small, large = (workload_hash(run.settings) for run in (runs[0], runs[2]))
+    rows = {row.name: row for row in build_rows(runs, group_repeats=True)}
+    assert set(rows) == {"alone", f"same [{small}]", f"same [{large}]"}
+    assert rows[f"same [{small}]"].runs == 2 and rows[f"same [{small}]"].values["step_ms"] == pytest.approx(11.0)
+    assert rows[f"same [{large}]"].runs == 1 and rows[f"same [{large}]"].members == ("same/v3",)
+    assert "ran more than one workload" in rows[f"same [{large}]"].note
+    assert rows["alone"].members == ("alone/v1", "alone/v2") and "alone/v2 left out" in rows["alone"].note
+    # Without grouping nothing changes: one row per run, named by its path.
+    assert [row.name for row in build_rows(runs)] == ["alone/v1", "alone/v2", "same/v1", "same/v2", "same/v3"]
+
+
+def test_mixed_workloads_warn_once_per_kind_of_what_is_trained():
+    runs = [
+        with_settings("a-base/v"),
+        with_settings("b/v", model="resnet18"),
+        with_settings("c/v", model="resnet18", batch_size=8),
+        with_settings("d/v", comm_hook="fp16", bucket_cap_mb=0.5, precision="bf16-mixed", devices=4),
+        with_settings("e/v", data_dir="/data/train", max_steps=500),
+        with_settings("f/v", model="gpt_tiny", image_size=None, seq_len=64),  # a token model: no image size
+        RunData("g/v", scalars={"step/time_ms": [(2, 30.0)]}),  # settings unknown: not judged
+    ]
+    lines = mixed_workloads(build_rows(runs))
+    assert lines == [
+        "mixed workloads: model gpt_tiny in 1 row, resnet18 in 2 rows, against the baseline's resnet_tiny: their Δ "
+        "compares different workloads, not the communication alone",
+        "mixed workloads: batch size 8 in 1 row, against the baseline's 2: their Δ compares different workloads, "
+        "not the communication alone",
+        "mixed workloads: data source /data/train in 1 row, against the baseline's synthetic: their Δ compares "
+        "different workloads, not the communication alone",
+    ], "hook, bucket cap, precision, world size and steps are what runs are compared for: no line"
+    assert mixed_workloads(build_rows([runs[0], runs[3]])) == []
+    notes = format_text(build_rows(runs)).splitlines()
+    assert sum(line.startswith("# warning: mixed workloads:") for line in notes) == 3, "under the table too"
+
+
+def test_baseline_given_as_a_run_directory(tmp_path, capsys):
+    root = tmp_path / "runs"
+    one = write_run(root, "one", summary(step_ms=10.0))
+    for version in ("v1", "v2"):
+        (root / "two" / version).mkdir(parents=True)
+        (root / "two" / version / "summary.json").write_text(json.dumps(summary(step_ms=20.0)))
+    runs = load_runs([str(root)])
+
+    def baseline(query: str, group: bool = False) -> str:
+        rows = build_rows(runs, query, group, runs_in_directory(runs, query))
+        return next(row.name for row in rows if row.is_baseline)
+
+    assert baseline(str(one)) == "one/v0", "a version's directory"
+    assert baseline(str(root / "one")) == "one/v0", "a run name's directory holding one version"
+    assert baseline(str(root / "two" / "v2")) == "two/v2"
+    assert baseline(str(root / "two"), group=True) == "two", "with --group-repeats: its repeats"
+    assert baseline("two/v1") == "two/v1", "a name still works"
+    assert runs_in_directory(runs, str(tmp_path / "nowhere")) is None
+    usage_error(compare.main, compare.PROG, [str(root), "--baseline", str(root / "two")], capsys,
+                f"--baseline '{root / 'two'}' is ambiguous: that directory holds two/v1, two/v2; give one "
+                "version's directory, or --group-repeats to take them as one")  # fmt: skip
+
+
 def test_sort_puts_unknown_values_last():
     rows = build_rows(
         [
@@ -281,6 +390,7 @@ def test_real_runs_deltas_match_their_summaries(real_runs):
         str(logdir), "--baseline", "bucket0.5", "--csv", str(out / "c.csv"), "--markdown", str(out / "c.md"), cwd=out
     )
     assert proc.returncode == 0, proc.stderr
+    assert "mixed workloads" not in proc.stderr, "a bucket cap and a hook are what runs are compared for"
     summaries = {name: json.loads((d / "summary.json").read_text()) for name, d in run_dirs.items()}
     names = {name: d.relative_to(logdir).as_posix() for name, d in run_dirs.items()}
     records = {r["run"]: r for r in csv.DictReader(io.StringIO((out / "c.csv").read_text()))}
@@ -350,6 +460,73 @@ def test_run_without_summary_is_shown_from_its_events(real_runs, tmp_path):
     assert row.settings["world_size"] == "2" and row.settings["comm_hook"] == "fp16"
     line = next(line for line in format_text(list(rows.values())).splitlines() if line.startswith("fp16-"))
     assert "incomplete" in line
+
+
+@pytest.mark.slow
+def test_real_runs_group_as_repeats_only_with_equal_settings(one_name_two_workloads):
+    """Three runs named bucket0.5, one at another image size: two rows, not one row of three "repeats", and one
+    warning line for the one thing the rows train differently. The baseline is given by its run directory."""
+    logdir, run_dirs = one_name_two_workloads
+    out = logdir.parent
+    args = ["--group-repeats", "--baseline", str(run_dirs["copied"]), "--csv", str(out / "g.csv")]
+    proc = run_compare(str(logdir), *args, "--plot", str(out / "g.png"), cwd=out)
+    assert proc.returncode == 0, proc.stderr
+    summaries = {name: json.loads((d / "summary.json").read_text()) for name, d in run_dirs.items()}
+    same, other = (workload_hash(summaries[name]["settings"]) for name in ("copied", "image64"))
+    assert workload_hash(summaries["repeat"]["settings"]) == same != other
+    assert summaries["copied"]["settings"]["image_size"] == 32 and summaries["image64"]["settings"]["image_size"] == 64
+    records = {r["run"]: r for r in csv.DictReader(io.StringIO((out / "g.csv").read_text()))}
+    assert set(records) == {f"bucket0.5 [{same}]", f"bucket0.5 [{other}]"}
+    repeats, alone = records[f"bucket0.5 [{same}]"], records[f"bucket0.5 [{other}]"]
+    assert repeats["runs"] == "2" and alone["runs"] == "1" and repeats["baseline"] == "True"
+    steps = sorted(summaries[name]["totals"]["step_ms_p50"] for name in ("copied", "repeat"))
+    assert float(repeats["step_ms"]) == pytest.approx(sum(steps) / 2), "the median of the two repeats"
+    assert float(alone["step_ms"]) == pytest.approx(summaries["image64"]["totals"]["step_ms_p50"])
+    warning = (
+        f"{compare.PROG}: warning: mixed workloads: image size 64 in 1 row, against the baseline's 32: their Δ "
+        "compares different workloads, not the communication alone"
+    )
+    assert [line for line in proc.stderr.splitlines() if "warning" in line] == [warning]
+    assert f"# {warning.split(': ', 1)[1]}" in proc.stdout.splitlines(), "the table's notes say it too"
+    # The plot: one bar per row, as many pixels as its figure promises, and the compute-only colour in it.
+    image = matplotlib_image().imread(out / "g.png")
+    assert image.shape[1] == 10 * DPI and abs(image.shape[0] - (1.5 + ROW_HEIGHT_IN * 2) * DPI) <= 1, image.shape
+    assert (np.abs(image[..., :3] - np.array([0x00, 0x72, 0xB2]) / 255).max(axis=-1) < 0.02).sum() > 1000
+
+
+@pytest.mark.slow
+def test_real_runs_each_against_another_workload_warn_and_plot(one_name_two_workloads):
+    """Without grouping, against the run at image size 64: the other two are the rows that differ. The plot's
+    bars are read back from the figure: one stacked bar (three segments) per row, a whisker where an interval
+    is known, each row named."""
+    logdir, run_dirs = one_name_two_workloads
+    proc = run_compare(str(logdir), "--baseline", str(run_dirs["image64"]), cwd=logdir.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: mixed workloads: image size 32 in 2 rows, against the baseline's 64" in proc.stderr
+    proc = run_compare(str(logdir), "--baseline", str(logdir / "bucket0.5"), cwd=logdir.parent)
+    assert_one_line_usage_error(proc, "is ambiguous: that directory holds bucket0.5/")
+    assert "--group-repeats" not in proc.stderr, "they are not repeats of one workload"
+
+    from matplotlib.container import BarContainer, ErrorbarContainer
+
+    rows = build_rows(load_runs([str(logdir)]), baseline=run_dirs["image64"].relative_to(logdir).as_posix())
+    axes = step_bars_figure(rows).axes[0]
+    bars = [c for c in axes.containers if isinstance(c, BarContainer)]
+    assert len(bars) == len(SEGMENTS) and all(len(bar) == len(rows) == 3 for bar in bars), "no unsplit bars"
+    for row, *patches in zip(rows, *bars, strict=True):
+        widths = [patch.get_width() for patch in patches]
+        assert widths[0] == pytest.approx(row.compute_only_ms) and widths[1] == max(row.values["exposed_ms"], 0)
+        assert sum(widths) == pytest.approx(max(row.values["step_ms"], widths[0] + widths[1]))
+    whiskers = [c for c in axes.containers if isinstance(c, ErrorbarContainer)]
+    assert len(whiskers) == sum(row.exposed_ci95 is not None and None not in row.exposed_ci95 for row in rows)
+    texts = [text.get_text() for text in axes.texts]
+    assert all(row.name in texts for row in rows) and sum("(baseline)" in t for t in texts) == 1
+
+
+def matplotlib_image():
+    import matplotlib.image
+
+    return matplotlib.image
 
 
 def test_events_without_hparams_or_summary(tmp_path):

@@ -100,6 +100,7 @@ def test_harness_off_is_lightning_alone_and_writes_nothing(tmp_path):
     assert float(match.group(3)) > 0
     assert "Gradient communication" not in proc.stdout  # no table: no timing callback
     assert not [path for path in logdir.rglob("*")], "a --harness off run writes nothing"
+    assert "# run directory" not in proc.stdout, "...so it names no run directory either"
 
 
 def test_bad_switch_is_one_line_exit_2(tmp_path):

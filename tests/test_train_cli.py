@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.common.cli import UsageError
+from harness.common.run_identity import workload_hash
 from harness.train.config import TrainConfig, build_parser, default_run_name, parse_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,7 +36,8 @@ def test_empty_argument_list_gives_cpu_defaults(tmp_path):
     assert cfg.model == "resnet50"
     assert cfg.accelerator == "cpu" and cfg.devices == 2 and cfg.num_nodes == 1
     assert cfg.precision == "32-true" and cfg.image_size == 224 and cfg.comm_hook == "allreduce"
-    assert cfg.run_name == "resnet50-1x2cpu-bs4-32-true-bucketdefault-allreduce"
+    # The readable settings, then the hash of every setting that defines the workload (test_run_identity.py).
+    assert cfg.run_name == f"resnet50-1x2cpu-allreduce-bucketdefault-{workload_hash(cfg.to_dict())}"
 
 
 def test_cost_switches_default_to_the_full_harness_and_reach_the_settings(tmp_path):
@@ -56,6 +58,40 @@ def test_run_names_differ_with_settings(tmp_path):
     other = parse_config(["--logdir", str(tmp_path), "--bucket-cap-mb", "5", "--comm-hook", "bf16"])
     assert default_run_name(base) != default_run_name(other)
     assert "bucket5" in other.run_name and "bf16" in other.run_name
+
+
+# Each changes the workload, so the run's name; the first is the issue's own case (names used to omit it).
+WORKLOAD_CHANGES = [
+    ["--image-size", "64"], ["--batch-size", "8"], ["--max-steps", "30"], ["--precision", "bf16-mixed"],
+    ["--accumulate-grad-batches", "2"], ["--gradient-as-bucket-view"], ["--static-graph"], ["--channels-last"],
+    ["--devices", "1"], ["--comm-hook", "powersgd"], ["--comm-hook", "powersgd", "--powersgd-rank", "2"],
+    ["--model", "gpt_tiny"], ["--model", "gpt_tiny", "--seq-len", "32"],
+]  # fmt: skip
+# ...and these only change how the run is measured or where it is written: the name stays.
+MEASUREMENT_CHANGES = [
+    "--seed", "3", "--calibration-steps", "4", "--calibration-every", "10", "--gather-every", "0", "--log-every",
+    "5", "--no-progress-bar", "--timeout", "30", "--window-start", "8", "--powersgd-rank", "2",
+]  # fmt: skip
+
+
+def test_a_run_name_changes_with_the_workload_and_only_with_it(tmp_path):
+    """--data-dir, which needs a folder of images, is in test_run_identity.py with the other settings."""
+    base = parse_config(["--model", "resnet_tiny", "--logdir", str(tmp_path)]).run_name
+    names = [parse_config(["--model", "resnet_tiny", "--logdir", str(tmp_path), *args]).run_name for args in
+             WORKLOAD_CHANGES]  # fmt: skip
+    assert len({base, *names}) == len(names) + 1, names
+    same = parse_config(["--model", "resnet_tiny", "--logdir", str(tmp_path), *MEASUREMENT_CHANGES])
+    assert same.run_name == base
+
+
+def test_run_names_stay_short(tmp_path):
+    """The name is TensorBoard's trial name and compare's row label: the longest model with the longest hook."""
+    from models import MODEL_NAMES
+
+    for model in MODEL_NAMES:
+        args = ["--model", model, "--comm-hook", "powersgd", "--bucket-cap-mb", "0.25", "--logdir", str(tmp_path)]
+        name = parse_config(args).run_name
+        assert len(name) <= 48 and name.startswith(f"{model}-1x2cpu-powersgd1-bucket0.25-"), name
 
 
 def test_launcher_environment_sets_devices_and_nodes(tmp_path):

@@ -227,11 +227,11 @@ def check_outputs(outputs: dict[str, str | None], inputs: Iterable[str | Path] =
     check_distinct_outputs(outputs, inputs)
 
 
-def write_output(path: str, text: str, option: str) -> None:
-    """Write `text` to `path`; a failed write (a full disk, a directory removed since the check) is a
-    UsageError of one line, not a traceback."""
+def write_output(path: str, text: str | bytes, option: str) -> None:
+    """Write `text` (or bytes: a plot) to `path`; a failed write (a full disk, a directory removed since the
+    check) is a UsageError of one line, not a traceback."""
     try:
-        with open(path, "w") as out:
+        with open(path, "wb" if isinstance(text, bytes) else "w") as out:
             out.write(text)
     except OSError as err:
         raise UsageError(f"{option} {path!r} could not be written: {_reason(err)}") from None

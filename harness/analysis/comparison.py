@@ -5,22 +5,28 @@ at all, a damaged one is left out whole), it is the median of the event file's p
 summary.json counts: warm-up (`step/warmup` = 1) and calibration (`step/calibration` = 1, whose collective is
 skipped, so their comm time is ~0) left out.
 Changes against the baseline are relative, in %, for samples/s, step ms, comm ms and exposed ms, and
-absolute, in percentage points, for overlap. With group_repeats a row is the median over one run name's
-runs, with the spread of their step times. Pure functions of RunData (harness.analysis.runs): no files.
+absolute, in percentage points, for overlap. With group_repeats a row is the median over the runs of one run
+name and one workload (harness.common.run_identity: equal settings, not only an equal name), with the spread
+of their step times. mixed_workloads says when rows train something else than the baseline (another model,
+image size, sequence length, batch size or data), whose changes then compare different workloads. Pure
+functions of RunData (harness.analysis.runs): no files.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from harness.analysis.runs import RunData
 from harness.common.cli import UsageError
 from harness.common.metrics import busbw_gbps, percentile
 from harness.common.names import CALIBRATION_TAG, SUMMARY_FILE, WARMUP_STEPS, WARMUP_TAG
 from harness.common.numbers import is_finite
+from harness.common.run_identity import SYNTHETIC_DATA, TRAINED_SETTINGS, workload, workload_hash
 
 MISSING = "—"  # a setting or value that neither summary.json nor the event file holds
 # 1 on compute-only steps (harness.train.step_log writes it): their hook skips the collective, so their comm
@@ -72,11 +78,14 @@ class Row:
     complete: bool
     note: str
     is_baseline: bool = False
-    # exposed ms's 95 % interval from summary.json (None: not known, or a group of runs); an end is None when
+    # exposed ms's 95 % interval from summary.json (None: not known, or a group of several runs); an end is None when
     # the interval is unbounded there (one calibration sample)
     exposed_ci95: tuple[float | None, float | None] | None = None
     runs: int = 1  # with --group-repeats: how many runs this row is the median of
     step_spread_pct: float | None = None  # with --group-repeats: (max − min) / median of the runs' step ms, %
+    members: tuple[str, ...] = ()  # the names of the runs the row is made of
+    workload: dict[str, Any] = field(default_factory=dict)  # run_identity.workload of its settings; {}: unknown
+    compute_only_ms: float | None = None  # the compute-only reference (forward + backward without communication)
 
 
 def change_pct(value: float | None, base: float | None) -> float | None:
@@ -122,7 +131,23 @@ def select_baseline(names: Sequence[str], query: str | None) -> str:
         return matches[0]
     if not matches:
         raise UsageError(f"--baseline {query!r} matches no run; runs: {', '.join(sorted(names, key=natural_key))}")
-    raise UsageError(f"--baseline {query!r} is ambiguous; it matches: {', '.join(matches)}")
+    raise UsageError(
+        f"--baseline {query!r} is ambiguous; it matches: {', '.join(matches)} (give one of these, or its run directory)"
+    )
+
+
+def _baseline_in_directory(rows: Sequence[Row], query: str, in_directory: Collection[str]) -> str:
+    """The one row made of the runs that `--baseline DIR` holds (runs.runs_in_directory, at least one); a
+    UsageError listing the candidates when they make several rows."""
+    matches = [row.name for row in rows if set(row.members) & set(in_directory)]
+    if len(matches) == 1:
+        return matches[0]
+    repeats = {workload_hash(row.workload) for row in rows if row.name in matches and row.workload}
+    hint = ", or --group-repeats to take them as one" if len(repeats) == 1 and len(matches) > 1 else ""
+    raise UsageError(
+        f"--baseline {query!r} is ambiguous: that directory holds {', '.join(matches)}; give one version's "
+        f"directory{hint}"
+    )
 
 
 def measured(scalars: dict[str, list[tuple[int, float]]], tag: str) -> list[float]:
@@ -176,7 +201,7 @@ def run_world_size(run: RunData) -> int | None:
 def run_settings(run: RunData) -> dict[str, str]:
     """The settings that tell runs apart, as text: from summary.json, else the event file's hparams."""
     summary = run.summary or {}
-    settings = {**run.hparams, **(summary.get("settings") or {})}
+    settings = run.settings
     world_size = run_world_size(run)
     backend = summary.get("backend") or run.hparams.get("backend")
     bucket = settings.get("bucket_cap_mb")
@@ -216,24 +241,101 @@ def run_status(run: RunData) -> tuple[bool, str]:
     return True, "; ".join(run.problems)
 
 
-def build_rows(runs: Sequence[RunData], baseline: str | None = None, group_repeats: bool = False) -> list[Row]:
-    """One row per run, or per run name with `group_repeats` (the median of its runs), in natural name order,
-    with changes against the baseline row (see select_baseline; by default the first row with numbers)."""
+def build_rows(
+    runs: Sequence[RunData],
+    baseline: str | None = None,
+    group_repeats: bool = False,
+    baseline_runs: Collection[str] | None = None,
+) -> list[Row]:
+    """One row per run, or with `group_repeats` per run name and workload (the median of its repeats), in
+    natural name order, with changes against the baseline row: by default the first row with numbers, else
+    `baseline` as select_baseline reads it, or, where `baseline` is no row's name but a directory that holds
+    runs, the row of those runs (`baseline_runs`, from runs.runs_in_directory)."""
     runs = sorted(runs, key=lambda r: natural_key(r.name))
     if group_repeats:
-        groups: dict[str, list[RunData]] = {}
-        for run in runs:
-            groups.setdefault(run.group or run_group(run.name), []).append(run)
+        groups = repeat_groups(runs)
         rows = [_group_row(name, groups[name]) for name in sorted(groups, key=natural_key)]
     else:
         rows = [_run_row(run) for run in runs]
+    names = [r.name for r in rows]
     # By default the first row by name that has numbers: a damaged or empty run would leave every Δ unknown.
     usable = [r.name for r in rows if any(v is not None for v in r.values.values())]
-    base_name = select_baseline([r.name for r in rows] if baseline or not usable else usable, baseline)
+    if baseline and baseline_runs and baseline.rstrip("/") not in names:
+        base_name = _baseline_in_directory(rows, baseline, baseline_runs)
+    else:
+        base_name = select_baseline(names if baseline or not usable else usable, baseline)
     base = next(r for r in rows if r.name == base_name).values
     return [
         dataclasses.replace(row, changes=_changes(row.values, base), is_baseline=row.name == base_name) for row in rows
     ]
+
+
+def run_workload(run: RunData) -> dict[str, Any]:
+    """run_identity.workload of the run's recorded settings; {} where it recorded none (settings unknown)."""
+    settings = run.settings
+    return workload(settings) if settings else {}
+
+
+def repeat_groups(runs: Sequence[RunData]) -> dict[str, list[RunData]]:
+    """Repeats: runs of one run name whose workloads are equal (run_identity.workload_hash), keyed by that run
+    name, or by `name [hash]` where runs of one name ran different workloads (a --run-name given twice, or
+    names from before the hash was in them). A run whose settings are unknown (killed before its end) joins
+    its name's runs when they ran one workload, as the repeat it most likely is."""
+    keyed: dict[tuple[str, str | None], list[RunData]] = {}
+    for run in runs:
+        settings = run.settings
+        key = (run.group or run_group(run.name), workload_hash(settings) if settings else None)
+        keyed.setdefault(key, []).append(run)
+    for name, digest in [key for key in keyed if key[1] is None]:
+        known = [key for key in keyed if key[0] == name and key[1] is not None]
+        if len(known) == 1:
+            keyed[known[0]] += keyed.pop((name, digest))
+    per_name = Counter(name for name, _ in keyed)
+    return {
+        name if per_name[name] == 1 else f"{name} [{digest or 'settings unknown'}]": members
+        for (name, digest), members in keyed.items()
+    }
+
+
+def mixed_workloads(rows: Sequence[Row]) -> list[str]:
+    """One line for each kind of what is trained (run_identity.TRAINED_SETTINGS: model, image size, sequence
+    length, batch size, data source) in which rows differ from the baseline row: their changes against it
+    compare different workloads. Hook, bucket cap, world size and precision may differ: that is what runs
+    are compared for. Rows whose settings are unknown, and sizes a model does not take, are not judged."""
+    base = next((row.workload for row in rows if row.is_baseline), {})
+    if not base:
+        return []
+    lines = []
+    for key, label in TRAINED_SETTINGS.items():
+        sized = key in ("image_size", "seq_len")  # None: the model takes the other kind of input
+        differing = Counter(
+            _shown(key, row.workload[key])
+            for row in rows
+            if row.workload
+            and row.workload[key] != base[key]
+            and not (sized and (row.workload[key] is None or base[key] is None))
+        )
+        if differing:
+            others = ", ".join(f"{value} in {n} row{'s' if n > 1 else ''}" for value, n in sorted(differing.items()))
+            lines.append(
+                f"mixed workloads: {label} {others}, against the baseline's {_shown(key, base[key])}: their Δ "
+                "compares different workloads, not the communication alone"
+            )
+    return lines
+
+
+def _shown(key: str, value: Any) -> str:
+    if key == "data_dir" and value is None:
+        return SYNTHETIC_DATA
+    return MISSING if value is None else str(value)
+
+
+def _compute_only_ms(run: RunData) -> float | None:
+    """The compute-only reference: summary.json's, else the median of the event file's per-step series."""
+    value = ((run.summary or {}).get("totals") or {}).get("compute_only_ms")
+    if not is_finite(value):
+        value = percentile(measured(run.scalars, "step/compute_only_ms"), 50)
+    return value if is_finite(value) else None
 
 
 def _run_row(run: RunData) -> Row:
@@ -248,6 +350,9 @@ def _run_row(run: RunData) -> Row:
         complete=complete,
         note="; ".join(filter(None, [note, *value_notes])),
         exposed_ci95=_interval((run.summary or {}).get("totals", {}).get("exposed_ms_ci95"), values["exposed_ms"]),
+        members=(run.name,),
+        workload=run_workload(run),
+        compute_only_ms=_compute_only_ms(run),
     )
 
 
@@ -280,6 +385,7 @@ def _group_row(name: str, members: Sequence[RunData]) -> Row:
         None,
     )
     steps = [row.values["step_ms"] for row in member_rows if row.values["step_ms"] is not None]
+    compute_only = [row.compute_only_ms for row in member_rows if row.compute_only_ms is not None]
     spread = (max(steps) - min(steps)) / percentile(steps, 50) * 100 if len(steps) > 1 else None
     settings = member_rows[0].settings
     # A failed run is named either way: left out beside completed runs, else the row is made of it.
@@ -287,6 +393,9 @@ def _group_row(name: str, members: Sequence[RunData]) -> Row:
     notes = [f"{row.name} left out: {row.note}" if completed else f"{row.name}: {row.note}" for row in failed]
     if any(row.settings != settings for row in member_rows):
         notes.append("its runs' settings differ")
+    run_name = members[0].group or run_group(members[0].name)
+    if name != run_name:
+        notes.append(f"runs named {run_name} ran more than one workload: one row per workload (its settings hash)")
     units = {row.sample_unit for row in member_rows}
     return Row(
         name=name,
@@ -296,8 +405,12 @@ def _group_row(name: str, members: Sequence[RunData]) -> Row:
         sample_unit=units.pop() if len(units) == 1 else None,
         complete=all(row.complete for row in member_rows),
         note="; ".join(notes),
+        exposed_ci95=member_rows[0].exposed_ci95 if len(member_rows) == 1 else None,  # no interval of a median
         runs=len(member_rows),
         step_spread_pct=spread,
+        members=tuple(row.name for row in all_rows),
+        workload=next((row.workload for row in all_rows if row.workload), {}),
+        compute_only_ms=percentile(compute_only, 50) if compute_only else None,
     )
 
 

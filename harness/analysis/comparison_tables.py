@@ -12,7 +12,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-from harness.analysis.comparison import METRICS, MISSING, SETTINGS, Row
+from harness.analysis.comparison import METRICS, MISSING, SETTINGS, Row, mixed_workloads
 
 # Beyond this a fixed-point cell grows without bound (1e300 would print 301 digits): exponent notation instead.
 HUGE = 1e7
@@ -90,10 +90,11 @@ def _notes(rows: Sequence[Row]) -> list[str]:
         f"baseline: {base}; Δ against it in % (overlap in percentage points); medians of the measured steps "
         "(warm-up and calibration left out)",
     ]
+    notes += [f"warning: {line}" for line in mixed_workloads(rows)]
     if _grouped(rows):
         notes.append(
-            "each row is the median of its runs (repeats of one run name); step spread: (max − min) / median of "
-            "their step ms: a Δ smaller than the spread is within run-to-run noise"
+            "each row is the median of its runs (repeats: one run name, equal settings); step spread: (max − min) "
+            "/ median of their step ms: a Δ smaller than the spread is within run-to-run noise"
         )
     notes += [f"{'' if r.complete else 'incomplete: '}{r.name}: {r.note}" for r in rows if r.note]
     return notes

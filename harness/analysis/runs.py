@@ -52,6 +52,12 @@ class RunData:
     group: str = ""  # the run name its repeats share (default: the name without its last part)
     directory: Path | None = None  # where it was found (None for data made in memory)
 
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The run's settings as recorded: summary.json's, else (key by key) the event file's hparams; {} where
+        neither holds any (a run killed before its end)."""
+        return {**self.hparams, **((self.summary or {}).get("settings") or {})}
+
 
 def read_summary(path: Path | str) -> dict[str, Any]:
     """summary.json as a dict whose fields compare and predict use are known to have their types and ranges;
@@ -162,6 +168,23 @@ def load_runs(paths: Sequence[str]) -> list[RunData]:
             run.group = path.parent.name
         runs.append(run)
     return runs
+
+
+def runs_in_directory(runs: Sequence[RunData], path: str) -> list[str] | None:
+    """The names of the runs found in directory `path` or under it (a version directory, or a run name's
+    directory that holds its versions), however either is spelled; None when `path` is no directory, so that
+    it is taken as a name."""
+    target = Path(path)
+    if not target.is_dir():
+        return None
+    target = target.resolve()
+    names = []
+    for run in runs:
+        if run.directory is not None:
+            found = run.directory.resolve()
+            if found == target or target in found.parents:
+                names.append(run.name)
+    return names
 
 
 def run_files(run_dir: Path) -> list[Path]:

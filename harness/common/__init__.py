@@ -3,6 +3,8 @@
 metrics (bandwidth formulas, percentiles, α–β fit), names (files, tags, units, exit codes), cli (UsageError,
 one-line errors, help formatting, writability checks), failures (signals, failure lines), dist_env (which
 launcher, which rank), local_launch (ranks started without a launcher), run_info (versions, recorded
-variables, JSON-safe values), sweep_fits (the α–β fit record the sweep writes and predict reads). cli, names,
-metrics, failures and sweep_fits load without torch; numbers holds the one test of a usable number in a file.
+variables, JSON-safe values), sweep_fits (the α–β fit record the sweep writes and predict reads), run_identity
+(the settings that define a run's workload and their hash, which train.py names runs by and compare groups
+by). cli, names, metrics, failures, sweep_fits and run_identity load without torch; numbers holds the one
+test of a usable number in a file.
 """

@@ -19,6 +19,7 @@ import torch
 from harness.common import dist_env
 from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, check_writable
 from harness.common.names import HOOK_NAMES, WARMUP_STEPS
+from harness.common.run_identity import workload_hash
 from harness.train.calibration import DEFAULT_BLOCK_STEPS, DEFAULT_EVERY
 
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
@@ -261,24 +262,15 @@ def claim_run_version(run_dir: str | os.PathLike, stamp: str | None = None) -> s
 
 
 def default_run_name(cfg: TrainConfig) -> str:
-    """A name made from the settings that change communication, so runs with other settings stay apart."""
+    """Short and readable, and unique per workload: the model, the world, the hook and the bucket cap, then the
+    hash of every setting that defines the workload (harness.common.run_identity), so two runs that differ in
+    anything else (image size, sequence length, batch, precision, data, steps, ...) get names of their own.
+    The name is also TensorBoard's trial name and compare's row label, hence no longer: HParams and compare's
+    columns show the settings themselves."""
     bucket = "default" if cfg.bucket_cap_mb is None else f"{cfg.bucket_cap_mb:g}"
-    parts = [
-        cfg.model,
-        f"{cfg.num_nodes}x{cfg.devices}{'gpu' if cfg.use_gpu else 'cpu'}",
-        f"bs{cfg.batch_size}",
-        cfg.precision,
-        f"bucket{bucket}",
-        cfg.comm_hook,
-    ]
-    if cfg.comm_hook == "powersgd":
-        parts[-1] += f"{cfg.powersgd_rank}"
-    if cfg.accumulate_grad_batches > 1:
-        parts.append(f"acc{cfg.accumulate_grad_batches}")
-    if cfg.gradient_as_bucket_view:
-        parts.append("gabv")
-    if cfg.static_graph:
-        parts.append("static")
+    hook = f"{cfg.comm_hook}{cfg.powersgd_rank}" if cfg.comm_hook == "powersgd" else cfg.comm_hook
+    world = f"{cfg.num_nodes}x{cfg.devices}{'gpu' if cfg.use_gpu else 'cpu'}"
+    parts = [cfg.model, world, hook, f"bucket{bucket}", workload_hash(cfg.to_dict())]
     if cfg.harness == "off":
         parts.append("lightning-alone")
     return "-".join(parts)
@@ -426,7 +418,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="seed for weights; each rank's synthetic data uses seed + rank",
     )
     add("--logdir", default=_default("logdir"), help="TensorBoard log root")
-    add("--run-name", help="run directory under --logdir (default: made from the settings)")
+    add(
+        "--run-name",
+        help="run directory under --logdir (default: model, world, hook, bucket cap and a hash of the workload's "
+        "settings, e.g. resnet50-1x2cpu-allreduce-bucketdefault-1a2b3c)",
+    )
     add(
         "--timeout",
         dest="timeout_s",

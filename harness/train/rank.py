@@ -25,7 +25,9 @@ Here, per rank:
 from __future__ import annotations
 
 import os
+import shlex
 import socket
+from pathlib import Path
 
 import lightning.pytorch as pl
 import torch.distributed as dist
@@ -149,7 +151,15 @@ def run_rank(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None)
     if dist.is_initialized():
         dist.destroy_process_group()
     signals.restore()
+    if code == 0 and rank == 0 and timing is not None:  # --harness off writes no run directory
+        print(run_directory_line(cfg), flush=True)
     return code
+
+
+def run_directory_line(cfg: TrainConfig) -> str:
+    """train.py's last line: where this run's summary.json and events are, and how to look at them."""
+    run_dir = Path(cfg.logdir) / cfg.run_name / run_version()
+    return f"# run directory: {run_dir} — view: tensorboard --logdir {shlex.quote(cfg.logdir)}"
 
 
 def train_worker(cfg: TrainConfig) -> None:
