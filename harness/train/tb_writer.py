@@ -1,4 +1,5 @@
-"""Writes one training step's scalars and bucket-time histogram to TensorBoard as a single event.
+"""Writes Summary protos through a SummaryWriter: one training step's scalars and bucket-time histogram as a
+single event, a PNG as an image, or any ready-made Summary.
 
 `SummaryWriter.add_scalar` builds one event per scalar: about 40 µs each, over a millisecond a step for
 the ~30 tags of a 5-bucket model, paid on the training loop's thread. One Summary holding every value of
@@ -44,6 +45,17 @@ def write_step(
     for tag, data in (histograms or {}).items():
         if data:
             values.append(Summary.Value(tag=tag, histo=histogram_proto(data)))
-    # SummaryWriter's file writer is where add_scalar itself ends up; going there directly skips the
-    # per-value event construction.
-    writer._get_file_writer().add_summary(Summary(value=values), global_step=step)
+    write_summary(writer, Summary(value=values), step)
+
+
+def write_png(writer: Any, tag: str, png: bytes, step: int) -> None:
+    """A PNG as it is, under `tag` in the Images tab (its width and height read from its header)."""
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    image = Summary.Image(height=height, width=width, colorspace=4, encoded_image_string=png)  # 4: RGBA
+    write_summary(writer, Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+
+
+def write_summary(writer: Any, summary: Summary, step: int) -> None:
+    """Write `summary` at `step`. SummaryWriter's file writer is where add_scalar itself ends up; going there
+    directly skips the per-value event construction."""
+    writer._get_file_writer().add_summary(summary, global_step=step)
