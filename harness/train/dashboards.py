@@ -18,7 +18,7 @@ from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
 from harness.common import tags
 from harness.common.names import DEFAULT_BUCKET_CAP_MB
-from harness.train.tb_writer import write_step, write_summary
+from harness.train.tb_writer import write_step, write_summary, write_text
 
 # Each bucket's time is also logged as a band: p10, p50 and p90 over its last BUCKET_BAND_STEPS measured steps
 # (warm-up and calibration left out), shown as Custom Scalars margin charts.
@@ -145,4 +145,4 @@ def settings_markdown(summary: dict[str, Any]) -> str:
 
 def write_settings(writer: Any, summary: dict[str, Any], step: int) -> None:
     """The TEXT tab's settings table, at `step`."""
-    writer.add_text(tags.SETTINGS_TEXT, settings_markdown(summary), global_step=step)
+    write_text(writer, tags.SETTINGS_TEXT, settings_markdown(summary), step)

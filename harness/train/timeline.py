@@ -66,8 +66,13 @@ def timeline_title(summary: dict[str, Any], stats: StepStats) -> list[str]:
         f"{settings.get('comm_hook')} · bucket cap {cap_text} · {settings.get('precision')}"
     )
     figures = f"step {stats.step}: {stats.step_ms:.1f} ms, comm {stats.comm_ms:.1f} ms busy"
-    if not math.isnan(stats.exposed_ms):
-        figures += f", exposed {stats.exposed_ms:.1f} ms against the compute-only reference"
+    # One step's exposed time is mostly noise against its reference: the run's median and interval instead.
+    totals = summary["totals"]
+    exposed, (low, high) = totals.get("exposed_ms_p50", math.nan), totals.get("exposed_ms_ci95", (None, None))
+    if isinstance(exposed, float) and math.isfinite(exposed):
+        bounded = all(isinstance(v, float) and math.isfinite(v) for v in (low, high))
+        interval = f", 95 % interval [{low:.1f}, {high:.1f}]" if bounded else ""
+        figures += f"; the run's exposed comm p50 {exposed:.1f} ms{interval}"
     return [what, figures]
 
 
