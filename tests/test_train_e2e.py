@@ -144,10 +144,6 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     (image,) = acc.Images(tags.TIMELINE_IMAGE)
     assert image.step == measured_steps[-1] and image.encoded_image_string == png
     assert image.width > 1000 and image.height > 200
-    # A quiet console: no third-party tip or deprecation warning, no Lightning version number in the bar.
-    output = proc.stdout + proc.stderr
-    for noise in ("Tip:", "litlogger", "LeafSpec", "deprecated", "GPU available", "v_num", "`Trainer.fit` stopped"):
-        assert noise not in output, noise
 
 
 @pytest.mark.slow
