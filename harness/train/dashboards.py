@@ -136,6 +136,8 @@ def _hparams_value(tag: str, data: plugin_data_pb2.HParamsPluginData) -> Summary
 def settings_markdown(summary: dict[str, Any]) -> str:
     """Every setting of the run, with its world size and backend, as a Markdown table (the TEXT tab)."""
     rows = {**summary["settings"], "world_size": summary["world_size"], "backend": summary["backend"]}
+    if rows.get("bucket_cap_mb") is None:
+        rows["bucket_cap_mb"] = f"DDP's default ({DEFAULT_BUCKET_CAP_MB:g}, with a 1 MiB first bucket)"
     lines = ["| setting | value |", "|---|---|"]
     for key, value in rows.items():
         shown = "—" if value is None else str(value).replace("|", "\\|")
