@@ -6,9 +6,10 @@ import statistics
 
 import pytest
 
+from harness.common.tags import bucket_band_tags
+from harness.train.dashboards import BUCKET_BAND_STEPS
 from harness.train.stamps import BucketTiming
 from harness.train.step_log import BucketBands
-from harness.train.summary import BUCKET_BAND_STEPS, bucket_band_tags
 
 
 def timing(step: int, index: int, ms: float) -> BucketTiming:
@@ -33,5 +34,5 @@ def test_band_is_each_buckets_last_window():
 
 
 def test_band_tags_are_a_margin_charts_value_lower_upper():
-    prefix = "comm/bucket_03/time_ms"
+    prefix = "per_bucket/03/time_ms"
     assert bucket_band_tags(3) == (f"{prefix}_p50", f"{prefix}_p10", f"{prefix}_p90")

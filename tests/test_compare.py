@@ -29,6 +29,7 @@ from harness.analysis.comparison import (
 from harness.analysis.comparison_tables import format_csv, format_markdown, format_text
 from harness.analysis.runs import RunData, load_runs, runs_in_directory
 from harness.analysis.step_bars_plot import DPI, ROW_HEIGHT_IN, SEGMENTS, step_bars_figure
+from harness.common import tags
 from harness.common.cli import UsageError, run_cli
 from harness.common.run_identity import workload_hash
 from tests.test_hostile_inputs import summary, usage_error, write_run
@@ -204,15 +205,16 @@ def test_rows_from_loaded_data():
 
 def test_event_medians_leave_out_warmup_and_rebuild_missing_values():
     steps = range(6)
+    # An earlier version's run, as load_runs gives it: warm-up marked on every step, the tags renamed to today's.
     scalars = {
-        "step/warmup": [(s, 1.0 if s < 2 else 0.0) for s in steps],
-        "step/time_ms": [(s, 1000.0 if s < 2 else 10.0 + s) for s in steps],  # warm-up steps are slow
-        "step/samples_per_s": [(s, 400.0) for s in steps],
-        "step/samples_per_s_per_device": [(s, 100.0) for s in steps],  # 4 ranks
-        "comm/time_ms": [(s, 2.0 * s) for s in steps],
-        "comm/bytes": [(s, 8e6 if s == 0 else 4e6) for s in steps],  # step 0's single bucket
+        tags.WARMUP_TAG: [(s, 1.0 if s < 2 else 0.0) for s in steps],
+        tags.STEP_MS: [(s, 1000.0 if s < 2 else 10.0 + s) for s in steps],  # warm-up steps are slow
+        tags.SAMPLES_PER_S: [(s, 400.0) for s in steps],
+        tags.SAMPLES_PER_S_PER_DEVICE: [(s, 100.0) for s in steps],  # 4 ranks
+        tags.COMM_MS: [(s, 2.0 * s) for s in steps],
+        tags.BYTES: [(s, 8e6 if s == 0 else 4e6) for s in steps],  # step 0's single bucket
     }
-    assert measured(scalars, "step/time_ms") == [12.0, 13.0, 14.0, 15.0]
+    assert measured(scalars, tags.STEP_MS) == [12.0, 13.0, 14.0, 15.0]
     assert measured({"x": [(s, float(s)) for s in steps]}, "x") == [2.0, 3.0, 4.0, 5.0], "no mark: steps 0, 1"
     (row,) = build_rows([RunData("killed/v0", scalars=scalars)])
     assert row.values["step_ms"] == pytest.approx(13.5)
@@ -453,10 +455,10 @@ def test_run_without_summary_is_shown_from_its_events(real_runs, tmp_path):
     # medians come from, never hold them.
     (events,) = killed.glob("events.out.tfevents.*")
     scalars = load_runs([str(killed)])[0].scalars
-    calibration = [s for s, _ in scalars["setup/calibration_step_ms"]]
+    calibration = [s for s, _ in scalars[tags.CALIBRATION_STEP_MS]]
     assert calibration == [2, 3], events
-    assert [s for s, _ in scalars["setup/warmup_step_ms"]] == [0, 1]
-    assert not {s for s, _ in scalars["comm/time_ms"]} & {0, 1, *calibration}
+    assert [s for s, _ in scalars[tags.WARMUP_STEP_MS]] == [0, 1]
+    assert not {s for s, _ in scalars[tags.COMM_MS]} & {0, 1, *calibration}
     assert row.settings["world_size"] == "2" and row.settings["comm_hook"] == "fp16"
     line = next(line for line in format_text(list(rows.values())).splitlines() if line.startswith("fp16-"))
     assert "incomplete" in line
@@ -537,7 +539,7 @@ def test_events_without_hparams_or_summary(tmp_path):
 
     run_dir = tmp_path / "runs" / "killed" / "v0"
     writer = SummaryWriter(str(run_dir))
-    for step in range(5):
+    for step in range(5):  # the tags an earlier version wrote: load_runs reads them under today's names
         warm = step < 2
         scalars = {"step/time_ms": 500.0 if warm else 20.0 + step, "step/samples_per_s": 80.0}
         scalars |= {"step/samples_per_s_per_device": 40.0, "step/warmup": float(warm), "comm/time_ms": 4.0}

@@ -25,6 +25,7 @@ import pytest
 from harness import compare as compare_cli
 from harness.analysis.comparison import build_rows
 from harness.analysis.runs import load_runs
+from harness.common import tags
 from harness.common.cli import run_cli
 from tests.train_runs import TRAIN_PY, train_env
 
@@ -382,8 +383,8 @@ def test_a_real_run_killed_early_is_read_from_its_events(tmp_path):
             for events in logdir.glob("killed/*/events.out.tfevents.*"):
                 acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
                 acc.Reload()
-                if "step/time_ms" in acc.Tags()["scalars"]:  # written for measured steps only
-                    measured_steps = len(acc.Scalars("step/time_ms"))
+                if tags.STEP_MS in acc.Tags()["scalars"]:  # written for measured steps only
+                    measured_steps = len(acc.Scalars(tags.STEP_MS))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)  # train.py and the ranks it started: its own process group
@@ -394,10 +395,10 @@ def test_a_real_run_killed_early_is_read_from_its_events(tmp_path):
     (run_dir / "summary.json").unlink(missing_ok=True)  # a partial one exists only after 60 s; not this path
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     acc.Reload()
-    left_out = {e.step for tag in ("setup/warmup_step_ms", "setup/calibration_step_ms") for e in acc.Scalars(tag)}
+    left_out = {e.step for tag in (tags.WARMUP_STEP_MS, tags.CALIBRATION_STEP_MS) for e in acc.Scalars(tag)}
     assert {0, 1, 2, 3, 4} <= left_out, "warm-up and the calibration block are logged under setup/"
-    comm = sorted(e.value for e in acc.Scalars("comm/time_ms"))
-    assert not {e.step for e in acc.Scalars("comm/time_ms")} & left_out, "the headline series: measured steps only"
+    comm = sorted(e.value for e in acc.Scalars(tags.COMM_MS))
+    assert not {e.step for e in acc.Scalars(tags.COMM_MS)} & left_out, "the headline series: measured steps only"
     expected = (comm[(len(comm) - 1) // 2] + comm[len(comm) // 2]) / 2
 
     proc = run_tool("harness.compare", str(logdir), "--csv", str(tmp_path / "c.csv"), cwd=tmp_path, timeout=120)

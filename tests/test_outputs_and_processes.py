@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from harness.common import tags
 from harness.common.cli import UsageError, run_cli
 from harness.grid import PROG as GRID
 from harness.raw_sweep import PROG as SWEEP
@@ -315,7 +316,7 @@ def test_a_full_disk_ends_training_with_one_line_per_rank_and_keeps_the_events(t
     assert steps_logged(logdir) >= 10
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     acc.Reload()
-    steps = [event.step for event in acc.Scalars("step/time_ms")]
+    steps = [event.step for event in acc.Scalars(tags.STEP_MS)]
     # Every measured step up to the failure, in order (warm-up and calibration steps are under setup/).
     assert steps and steps == measured_steps_upto(steps[-1])
     assert sorted(p.name for p in run_dir.iterdir() if not p.name.startswith("events.")) == ["hparams.yaml"]

@@ -1,9 +1,12 @@
-"""`tensorboard --logdir runs` on real runs: a TensorBoard server on loopback must list the runs, the tags
-docs/METRICS.md promises, the runs' hparams and our custom-scalar layout, through its HTTP data API."""
+"""`tensorboard --logdir runs` on real runs: a TensorBoard server on loopback must list the runs, lead with the
+headline tags docs/METRICS.md promises (the per-bucket ones in a section of their own), show the settings that
+tell runs apart in the HParams tab in their order, every setting in the TEXT tab, our custom-scalar layout and
+the step timeline in the Images tab, through its HTTP data API. The runs' own console is checked on the way."""
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -12,39 +15,57 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from tests.train_runs import BUCKET_TAGS, PROMISED_TAGS, train_env
+from harness.common import tags
+from harness.train.dashboards import custom_scalar_layout
+from harness.train.timeline import TIMELINE_FILE
+from tests.train_runs import BUCKET_TAGS, HEADLINE_TAGS, PROMISED_TAGS, train_env
 
 BAND_TAGS = ["time_ms_p50", "time_ms_p10", "time_ms_p90"]  # a margin chart's value, lower, upper
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = {"bucket0.5": ["--bucket-cap-mb", "0.5"], "fp16": ["--comm-hook", "fp16"]}
-HPARAM_NAMES = ["model", "world_size", "backend", "bucket_cap_mb", "comm_hook", "precision", "batch_size"]
-HPARAM_METRICS = ["hp/comm_ms_p50", "hp/step_ms_p50", "hp/samples_per_s_p50", "hp/busbw_gbps_p50"]
-STEPS = 4
+# docs/METRICS.md: the HParams columns in the order shown (TensorBoard sorts them by name), and the metrics.
+HPARAM_NAMES = [
+    ("1_model", "model"),
+    ("2_world_size", "world size"),
+    ("3_num_nodes", "nodes"),
+    ("4_comm_hook", "hook"),
+    ("5_bucket_cap_mb", "bucket cap MiB"),
+    ("6_precision", "precision"),
+    ("7_batch_size", "batch"),
+    ("8_backend", "backend"),
+]
+HPARAM_METRICS = ["hp/step_ms_p50", "hp/exposed_ms_p50", "hp/overlap_pct_p50", "hp/comm_ms_p50", "hp/busbw_gbps_p50"]
+# Warm-up 0, 1; one calibration step, 2, for the exposed time; measured 3, 4.
+STEPS = 5
+CALIBRATION = ["--calibration-steps", "1"]
+MEASURED = [3, 4]
 RUN_TIMEOUT_S = 240
 SERVE_TIMEOUT_S = 60  # TensorBoard starts in a few seconds; the first load of the runs follows in the background
 HTTP_TIMEOUT_S = 10
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """Two small train.py runs, made at once; returns the log root and each variant's TensorBoard run name."""
+def runs(tmp_path_factory) -> tuple[Path, dict[str, str], dict[str, str]]:
+    """Two small train.py runs, made at once; returns the log root, each variant's TensorBoard run name and its
+    console (stdout and stderr together, in the order written)."""
     root = tmp_path_factory.mktemp("tensorboard")
     logdir = root / "runs"
     procs = []
     for name, args in VARIANTS.items():
         cmd = [sys.executable, str(REPO / "train.py"), "--model", "resnet_tiny", "--max-steps", str(STEPS)]
-        cmd += ["--logdir", str(logdir), "--run-name", name, *args]
+        cmd += ["--logdir", str(logdir), "--run-name", name, *CALIBRATION, *args]
         procs.append(subprocess.Popen(cmd, cwd=root, env=train_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    consoles = {}
     try:
-        for proc in procs:
+        for name, proc in zip(VARIANTS, procs, strict=True):
             output, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
-            assert proc.returncode == 0, output.decode(errors="replace")[-3000:]
+            consoles[name] = output.decode(errors="replace")
+            assert proc.returncode == 0, consoles[name][-3000:]
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -54,7 +75,7 @@ def runs(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     for name in VARIANTS:
         (version,) = [p.name for p in (logdir / name).iterdir() if p.is_dir()]
         names[name] = f"{name}/{version}"
-    return logdir, names
+    return logdir, names, consoles
 
 
 def free_port() -> int:
@@ -98,16 +119,6 @@ def start_tensorboard(logdir: Path, log_path: Path, expected_runs: set[str]) -> 
     )
 
 
-def written_layout(bucket_indices: list[int]) -> dict[str, dict[str, list]]:
-    """The layout run_summary.add_custom_scalar_layout hands to the writer: {category: {title: [kind, tags]}}."""
-    from harness.train.summary import add_custom_scalar_layout
-
-    captured: list[dict] = []
-    add_custom_scalar_layout(SimpleNamespace(add_custom_scalars=captured.append), bucket_indices)
-    (layout,) = captured
-    return layout
-
-
 def served_chart(chart: dict) -> list:
     """A chart of TensorBoard's layout answer in add_custom_scalars' own form: [kind, tags]."""
     if "multiline" in chart:
@@ -128,57 +139,14 @@ def stop(proc: subprocess.Popen) -> None:
 
 @pytest.mark.slow
 def test_tensorboard_serves_runs_tags_hparams_and_layout(runs, tmp_path):
-    logdir, names = runs
+    logdir, names, _ = runs
     proc, port = start_tensorboard(logdir, tmp_path / "tensorboard.log", set(names.values()))
     try:
         assert set(request(port, "/data/runs")) == set(names.values())
-
-        tags = request(port, "/data/plugin/scalars/tags")
-        bucket_indices: set[int] = set()
-        for run in names.values():
-            assert run in tags, sorted(tags)
-            run_tags = set(tags[run])
-            missing = [tag for tag in PROMISED_TAGS if tag not in run_tags]
-            assert not missing, (run, missing)
-            buckets = sorted({tag.split("/")[1] for tag in run_tags if tag.startswith("comm/bucket_")})
-            assert buckets and buckets[0] == "bucket_00", (run, buckets)
-            for bucket in buckets:
-                for name in [*BUCKET_TAGS, *BAND_TAGS]:
-                    assert f"comm/{bucket}/{name}" in run_tags, (run, bucket, name)
-            bucket_indices |= {int(bucket.removeprefix("bucket_")) for bucket in buckets}
-        assert "comm/bucket_01/time_ms" in tags[names["bucket0.5"]], "a 0.5 MiB cap makes several buckets"
-        for run in names.values():
-            query = urllib.parse.urlencode({"run": run, "tag": "step/time_ms"})
-            points = request(port, f"/data/plugin/scalars/scalars?{query}")  # [wall time, step, value]
-            # The headline series hold the measured steps only: warm-up (0, 1) is under setup/.
-            assert [step for _, step, _ in points] == list(range(2, STEPS)) and all(v > 0 for _, _, v in points)
-
-        experiment = request(port, "/data/plugin/hparams/experiment", {"experimentName": ""})
-        hparam_names = {info["name"] for info in experiment["hparamInfos"]}
-        assert set(HPARAM_NAMES) <= hparam_names, sorted(hparam_names)
-        assert {info["name"]["tag"] for info in experiment["metricInfos"]} >= set(HPARAM_METRICS)
-        groups = request(
-            port,
-            "/data/plugin/hparams/session_groups",
-            {
-                "experimentName": "",
-                "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"],
-                "colParams": [
-                    *({"hparam": name, "includeInResult": True} for name in ("comm_hook", "model", "world_size")),
-                    *({"metric": {"tag": tag, "group": ""}, "includeInResult": True} for tag in HPARAM_METRICS),
-                ],
-                "startIndex": 0,
-                "sliceSize": 100,
-            },
-        )
-        by_run = {group["name"]: group for group in groups["sessionGroups"]}
-        assert set(by_run) == set(names.values())
-        for variant, run in names.items():
-            hparams = by_run[run]["hparams"]
-            assert hparams["comm_hook"] == ("fp16" if variant == "fp16" else "allreduce")
-            assert hparams["model"] == "resnet_tiny" and hparams["world_size"] == 2
-            metrics = {m["name"]["tag"]: m["value"] for m in by_run[run]["metricValues"]}
-            assert set(HPARAM_METRICS) <= set(metrics) and metrics["hp/step_ms_p50"] > 0
+        bucket_indices = check_scalar_tags(port, names)
+        check_hparams(port, names)
+        check_settings_text(port, names)
+        check_timeline_image(port, logdir, names)
 
         layout = request(port, "/data/plugin/custom_scalars/layout")
         served = {
@@ -186,10 +154,111 @@ def test_tensorboard_serves_runs_tags_hparams_and_layout(runs, tmp_path):
             for category in layout["category"]
         }
         # TensorBoard merges the runs' layouts: one margin chart for every bucket of any run.
-        assert served == written_layout(sorted(bucket_indices))
-        assert served["comm"]["bandwidth"][1][0] == "comm/busbw_gbps"
-        (bands,) = [charts for title, charts in served.items() if title.startswith("bucket time: p50")]
+        assert served == custom_scalar_layout(sorted(bucket_indices))
+        headline, *_ = served.values()  # the first category: one chart per headline metric, one tag each
+        assert [chart[1] for chart in headline.values() if chart[0] == "Multiline"] == [
+            [re.escape(tag) + "$"] for tag in HEADLINE_TAGS
+        ]
+        (bands,) = [charts for title, charts in served.items() if title.startswith("bucket comm ms")]
         assert len(bands) == len(bucket_indices) > 1
-        assert bands["bucket 00"] == ["Margin", [f"comm/bucket_00/{tag}" for tag in BAND_TAGS]]
+        assert bands["bucket 00"] == ["Margin", [f"per_bucket/00/{tag}" for tag in BAND_TAGS]]
     finally:
         stop(proc)
+
+
+def check_scalar_tags(port: int, names: dict[str, str]) -> set[int]:
+    """The headline tags in the section TensorBoard shows first, every bucket's tags in a section of their own;
+    returns the bucket indices of all runs."""
+    scalar_tags = request(port, "/data/plugin/scalars/tags")
+    bucket_indices: set[int] = set()
+    for run in names.values():
+        assert run in scalar_tags, sorted(scalar_tags)
+        run_tags = set(scalar_tags[run])
+        missing = [tag for tag in PROMISED_TAGS if tag not in run_tags]
+        assert not missing, (run, missing)
+        assert min(tag.split("/")[0] for tag in run_tags) == "1_headline"
+        assert sorted(tag for tag in run_tags if tag.startswith("1_headline/"))[:3] == HEADLINE_TAGS[:3]
+        bucket_tags = {tag for tag in run_tags if re.search(r"/\d\d/", tag)}
+        assert bucket_tags and {tag.split("/")[0] for tag in bucket_tags} == {"per_bucket"}, sorted(bucket_tags)
+        buckets = sorted({tag.split("/")[1] for tag in bucket_tags})
+        assert buckets[0] == "00", (run, buckets)
+        for bucket in buckets:
+            for name in [*BUCKET_TAGS, *BAND_TAGS]:
+                assert f"per_bucket/{bucket}/{name}" in run_tags, (run, bucket, name)
+        bucket_indices |= {int(bucket) for bucket in buckets}
+    assert "per_bucket/01/time_ms" in scalar_tags[names["bucket0.5"]], "a 0.5 MiB cap makes several buckets"
+    for run in names.values():
+        query = urllib.parse.urlencode({"run": run, "tag": tags.STEP_MS})
+        points = request(port, f"/data/plugin/scalars/scalars?{query}")  # [wall time, step, value]
+        # The headline series hold the measured steps only: warm-up and calibration are under setup/.
+        assert [step for _, step, _ in points] == MEASURED and all(v > 0 for _, _, v in points)
+    return bucket_indices
+
+
+def check_hparams(port: int, names: dict[str, str]) -> None:
+    """The settings that tell runs apart, in their order with their names shown, and the headline metrics."""
+    experiment = request(port, "/data/plugin/hparams/experiment", {"experimentName": ""})
+    assert [(info["name"], info["displayName"]) for info in experiment["hparamInfos"]] == HPARAM_NAMES
+    assert [info["name"]["tag"] for info in experiment["metricInfos"]][:5] == HPARAM_METRICS
+    groups = request(
+        port,
+        "/data/plugin/hparams/session_groups",
+        {
+            "experimentName": "",
+            "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"],
+            "colParams": [
+                *({"hparam": name, "includeInResult": True} for name, _ in HPARAM_NAMES),
+                *({"metric": {"tag": tag, "group": ""}, "includeInResult": True} for tag in HPARAM_METRICS),
+            ],
+            "startIndex": 0,
+            "sliceSize": 100,
+        },
+    )
+    by_run = {group["name"]: group for group in groups["sessionGroups"]}
+    assert set(by_run) == set(names.values())
+    for variant, run in names.items():
+        hparams = by_run[run]["hparams"]
+        assert hparams["4_comm_hook"] == ("fp16" if variant == "fp16" else "allreduce")
+        assert hparams["5_bucket_cap_mb"] == (0.5 if variant == "bucket0.5" else 25.0)
+        assert hparams["1_model"] == "resnet_tiny" and hparams["2_world_size"] == 2 and hparams["8_backend"] == "gloo"
+        metrics = {m["name"]["tag"]: m["value"] for m in by_run[run]["metricValues"]}
+        assert set(HPARAM_METRICS) <= set(metrics) and metrics["hp/step_ms_p50"] > 0
+        assert by_run[run]["sessions"][0]["status"] == "STATUS_SUCCESS"
+
+
+def check_settings_text(port: int, names: dict[str, str]) -> None:
+    """Every setting, as a table in the TEXT tab."""
+    for variant, run in names.items():
+        query = urllib.parse.urlencode({"run": run, "tag": "settings"})
+        (entry,) = request(port, f"/data/plugin/text/text?{query}")
+        html = entry["text"]
+        assert "<table>" in html and "<td>comm_hook</td>" in html and "<td>gradient_as_bucket_view</td>" in html
+        assert ("<td>fp16</td>" in html) == (variant == "fp16") and "<td>world_size</td>" in html
+
+
+def check_timeline_image(port: int, logdir: Path, names: dict[str, str]) -> None:
+    """The step timeline, the same PNG as beside summary.json, in the Images tab."""
+    image_tags = request(port, "/data/plugin/images/tags")
+    for run in names.values():
+        assert "timeline" in image_tags[run], image_tags
+        query = urllib.parse.urlencode({"run": run, "tag": "timeline", "sample": 0})
+        (image,) = request(port, f"/data/plugin/images/images?{query}")
+        assert image["step"] == MEASURED[-1]
+        url = f"http://127.0.0.1:{port}/data/plugin/images/individualImage?{image['query']}"
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as answer:
+            png = answer.read()
+        assert png.startswith(b"\x89PNG") and png == (logdir / run / TIMELINE_FILE).read_bytes()
+
+
+@pytest.mark.slow
+def test_console_is_quiet_and_the_bar_ends_before_the_table(runs):
+    """What the user reads while the runs above trained: no third-party tips or warnings, the bar's fields (no
+    v_num), and nothing of the bar after the end-of-run table."""
+    _, _, consoles = runs
+    for variant, console in consoles.items():
+        noise_lines = ("Tip:", "litlogger", "litmodels", "LeafSpec", "deprecated", "GPU available", "Trainer.fit")
+        for noise in (*noise_lines, "v_num"):
+            assert noise not in console, (variant, noise)
+        assert "phase=warm-up" in console, console[-2000:]
+        before, table = console.split("# Gradient communication", 1)
+        assert "it/s" in before and "it/s" not in table, table

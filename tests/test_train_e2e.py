@@ -10,6 +10,8 @@ import numpy
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from harness.common import tags
+from harness.train.timeline import TIMELINE_FILE
 from models import get_model_spec, trainable_parameters
 from tests import train_runs
 from tests.train_runs import BUCKET_TAGS, PROMISED_TAGS
@@ -26,7 +28,7 @@ def only_run_dir(tmp_path: Path) -> Path:
 
 
 def load_events(run_dir: Path) -> EventAccumulator:
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "histograms": 0, "tensors": 0})
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "histograms": 0, "tensors": 0, "images": 0})
     acc.Reload()
     return acc
 
@@ -47,43 +49,43 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     acc = load_events(run_dir)
-    tags = acc.Tags()["scalars"]
+    written = acc.Tags()["scalars"]
     for tag in PROMISED_TAGS:
-        assert tag in tags, f"missing {tag}"
+        assert tag in written, f"missing {tag}"
         assert [e.step for e in acc.Scalars(tag)] == measured_steps, tag
-    assert [e.step for e in acc.Scalars("setup/warmup_step_ms")] == [0, 1]
-    assert [e.step for e in acc.Scalars("setup/calibration_step_ms")] == calibration_steps
-    assert [e.step for e in acc.Scalars("setup/compute_only_ms")] == calibration_steps
-    buckets_per_step = [int(e.value) for e in acc.Scalars("comm/buckets")]
+    assert [e.step for e in acc.Scalars(tags.WARMUP_STEP_MS)] == [0, 1]
+    assert [e.step for e in acc.Scalars(tags.CALIBRATION_STEP_MS)] == calibration_steps
+    assert [e.step for e in acc.Scalars(tags.CALIBRATION_COMPUTE_ONLY_MS)] == calibration_steps
+    buckets_per_step = [int(e.value) for e in acc.Scalars(tags.BUCKETS)]
     assert min(buckets_per_step) > 1, buckets_per_step
     for i in range(buckets_per_step[-1]):
         for name in BUCKET_TAGS:
-            assert f"comm/bucket_{i:02d}/{name}" in tags
+            assert tags.bucket_tag(i, name) in written
     # fp32 with the plain hook: every measured step moves exactly 4 bytes per trainable parameter.
     params = trainable_parameters(get_model_spec("resnet_tiny").build())
-    assert [e.value for e in acc.Scalars("comm/bytes")] == [4 * params] * len(measured_steps)
+    assert [e.value for e in acc.Scalars(tags.BYTES)] == [4 * params] * len(measured_steps)
     # Bucket bytes add up to the step's bytes.
-    bucket_bytes = sum(acc.Scalars(f"comm/bucket_{i:02d}/bytes")[-1].value for i in range(buckets_per_step[-1]))
+    bucket_bytes = sum(acc.Scalars(tags.bucket_tag(i, "bytes"))[-1].value for i in range(buckets_per_step[-1]))
     assert bucket_bytes == 4 * params
-    assert all(e.value > 0 for e in acc.Scalars("step/time_ms"))
-    assert "comm/bucket_time_ms" in acc.Tags()["histograms"]
+    assert all(e.value > 0 for e in acc.Scalars(tags.STEP_MS))
+    assert tags.BUCKET_TIME_HISTOGRAM in acc.Tags()["histograms"]
     # Exposed communication against the calibrated compute-only step, and its parts, on every measured step;
     # the compute-only reference is logged beside it.
-    for tag in ("comm/exposed_ms", "comm/tail_ms", "comm/interference_ms", "comm/codec_ms", "step/compute_only_ms"):
+    for tag in (tags.EXPOSED_MS, tags.TAIL_MS, tags.INTERFERENCE_MS, tags.CODEC_MS, tags.COMPUTE_ONLY_MS):
         assert [e.step for e in acc.Scalars(tag)] == measured_steps, tag
     for exposed, tail, interference in zip(
-        *(acc.Scalars(tag) for tag in ("comm/exposed_ms", "comm/tail_ms", "comm/interference_ms")), strict=True
+        *(acc.Scalars(tag) for tag in (tags.EXPOSED_MS, tags.TAIL_MS, tags.INTERFERENCE_MS)), strict=True
     ):
         assert interference.value == pytest.approx(exposed.value - tail.value, abs=1e-3)
     # The run's exposed p50 with its 95 % interval, written with the final summary at the last step.
-    interval = [acc.Scalars(f"comm/exposed_ms_{name}") for name in ("p50", "ci95_low", "ci95_high")]
+    interval = [acc.Scalars(tag) for tag in tags.EXPOSED_INTERVAL]
     assert [[e.step for e in series] for series in interval] == [[steps - 1]] * 3
     assert interval[1][0].value <= interval[0][0].value <= interval[2][0].value
     # Each bucket's band: p10/p50/p90 of its own time over the measured steps so far (warm-up and
     # calibration left out), recomputed here from the bucket's logged times.
     for i in range(buckets_per_step[-1]):
-        times = {e.step: e.value for e in acc.Scalars(f"comm/bucket_{i:02d}/time_ms")}
-        band = {q: acc.Scalars(f"comm/bucket_{i:02d}/time_ms_p{q}") for q in (10, 50, 90)}
+        times = {e.step: e.value for e in acc.Scalars(tags.bucket_tag(i, "time_ms"))}
+        band = {q: acc.Scalars(tags.bucket_tag(i, f"time_ms_p{q}")) for q in (10, 50, 90)}
         assert [e.step for e in band[50]] == measured_steps, i
         for p10, p50, p90 in zip(band[10], band[50], band[90], strict=True):
             window = [times[step] for step in measured_steps if step <= p50.step]
@@ -92,9 +94,9 @@ def test_two_process_run_writes_promised_tags(tmp_path):
             assert p10.value == pytest.approx(float(numpy.percentile(window, 10)), rel=1e-5)
             assert p10.value <= p50.value <= p90.value
     # Cross-rank gathers every 2 steps, on measured steps only.
-    for tag in ("ranks/step_ms_skew", "ranks/slowest_rank", "comm/busbw_fastest_rank_gbps"):
+    for tag in (tags.STEP_MS_SKEW, tags.SLOWEST_RANK, tags.BUSBW_FASTEST_RANK_GBPS):
         assert [e.step for e in acc.Scalars(tag)] == [4, 8], tag
-    assert all(e.value in (0, 1) for e in acc.Scalars("ranks/slowest_rank"))
+    assert all(e.value in (0, 1) for e in acc.Scalars(tags.SLOWEST_RANK))
 
     summary = json.loads((run_dir / "summary.json").read_text())
     totals = summary["totals"]
@@ -136,6 +138,12 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     assert "# harness overhead: calibration" in proc.stdout and "(4 of 12 steps)" in proc.stdout
     # hparams live in the run's own event file (the HParams plugin's session data).
     assert "_hparams_/session_start_info" in acc.summary_metadata
+    # The last measured step's timeline: a PNG beside summary.json, and the same image in the Images tab.
+    png = (run_dir / TIMELINE_FILE).read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    (image,) = acc.Images(tags.TIMELINE_IMAGE)
+    assert image.step == measured_steps[-1] and image.encoded_image_string == png
+    assert image.width > 1000 and image.height > 200
 
 
 @pytest.mark.slow
@@ -151,9 +159,9 @@ def test_fp16_hook_halves_bytes_with_accumulation(tmp_path):
     acc = load_events(only_run_dir(tmp_path))
     params = trainable_parameters(get_model_spec("gpt_tiny").build())
     # Hooks fire only on the micro-batch that steps the optimizer: one point per optimizer step after warm-up.
-    assert [e.value for e in acc.Scalars("comm/bytes")] == [2 * params] * 3
+    assert [e.value for e in acc.Scalars(tags.BYTES)] == [2 * params] * 3
     # The cast to fp16 and the copy back are the hook's own compute, timed apart from the collective.
-    assert all(e.value > 0 for e in acc.Scalars("comm/codec_ms"))
+    assert all(e.value > 0 for e in acc.Scalars(tags.CODEC_MS))
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from harness.common import tags
 from harness.common.cli import run_cli
 from tests.train_runs import measured_steps_upto
 from train import main
@@ -190,8 +191,8 @@ def steps_logged(logdir: Path) -> int:
         if list(run.glob("events.out.tfevents.*")):
             acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
             acc.Reload()
-            if "step/time_ms" in acc.Tags()["scalars"]:
-                return len(acc.Scalars("step/time_ms"))
+            if tags.STEP_MS in acc.Tags()["scalars"]:
+                return len(acc.Scalars(tags.STEP_MS))
     return 0
 
 
@@ -242,7 +243,7 @@ def _kept(logdir: Path) -> tuple[dict, EventAccumulator]:
     summary = json.loads(summary_path.read_text())
     acc = EventAccumulator(str(summary_path.parent), size_guidance={"scalars": 0})
     acc.Reload()
-    steps = [e.step for e in acc.Scalars("step/time_ms")]
+    steps = [e.step for e in acc.Scalars(tags.STEP_MS)]
     # Every measured step up to the failure, in order (warm-up and calibration steps are under setup/).
     assert steps and steps == measured_steps_upto(steps[-1])
     assert len(steps) >= 5

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.analysis.runs import RunData
+from harness.common import tags
 from harness.common.cli import UsageError
 from harness.common.metrics import busbw_gbps, percentile
-from harness.common.names import CALIBRATION_TAG, SUMMARY_FILE, WARMUP_STEPS, WARMUP_TAG
+from harness.common.names import SUMMARY_FILE, WARMUP_STEPS
 from harness.common.numbers import is_finite
 from harness.common.run_identity import SYNTHETIC_DATA, TRAINED_SETTINGS, workload, workload_hash
 
@@ -46,12 +47,12 @@ class Metric:
 
 
 METRICS = (
-    Metric("samples_per_s", "samples/s", "step/samples_per_s", "pct"),
-    Metric("step_ms", "step ms", "step/time_ms", "pct"),
-    Metric("comm_ms", "comm ms", "comm/time_ms", "pct"),
-    Metric("exposed_ms", "exposed ms", "comm/exposed_ms", "pct", nonnegative=False),
-    Metric("codec_ms", "codec ms", "comm/codec_ms", "pct"),
-    Metric("overlap_pct", "overlap %", "comm/overlap_pct", "pt", ".1f", nonnegative=False),
+    Metric("samples_per_s", "samples/s", tags.SAMPLES_PER_S, "pct"),
+    Metric("step_ms", "step ms", tags.STEP_MS, "pct"),
+    Metric("comm_ms", "comm ms", tags.COMM_MS, "pct"),
+    Metric("exposed_ms", "exposed ms", tags.EXPOSED_MS, "pct", nonnegative=False),
+    Metric("codec_ms", "codec ms", tags.CODEC_MS, "pct"),
+    Metric("overlap_pct", "overlap %", tags.OVERLAP_PCT, "pt", ".1f", nonnegative=False),
     Metric("busbw_gbps", "busbw GB/s", None, None),  # from bytes over the median comm time, never averaged
 )
 SETTINGS = (  # (key, header) of the settings that tell runs apart
@@ -155,8 +156,8 @@ def measured(scalars: dict[str, list[tuple[int, float]]], tag: str) -> list[floa
     measured steps only (warm-up and calibration go under setup/); runs of earlier versions wrote them on every
     step with `step/warmup` and `step/calibration` marks, whose marked steps (or steps 0 and 1 where the mark
     is absent) are left out."""
-    left_out = _marked(scalars, CALIBRATION_TAG)
-    left_out |= _marked(scalars, WARMUP_TAG) if WARMUP_TAG in scalars else set(range(WARMUP_STEPS))
+    left_out = _marked(scalars, tags.CALIBRATION_TAG)
+    left_out |= _marked(scalars, tags.WARMUP_TAG) if tags.WARMUP_TAG in scalars else set(range(WARMUP_STEPS))
     return [value for step, value in scalars.get(tag, []) if step not in left_out and is_finite(value)]
 
 
@@ -189,8 +190,8 @@ def run_world_size(run: RunData) -> int | None:
     for source in ((run.summary or {}).get("world_size"), run.hparams.get("world_size")):
         if is_finite(source) and source >= 1:
             return int(source)
-    total = measured(run.scalars, "step/samples_per_s")
-    per_device = measured(run.scalars, "step/samples_per_s_per_device")
+    total = measured(run.scalars, tags.SAMPLES_PER_S)
+    per_device = measured(run.scalars, tags.SAMPLES_PER_S_PER_DEVICE)
     if total and per_device and per_device[-1] > 0:
         ratio = total[-1] / per_device[-1]
         if is_finite(ratio) and ratio >= 0.5:  # a tiny per-device rate would make a world of 1e300 ranks
@@ -437,7 +438,7 @@ def _busbw_from_events(
     scalars: dict[str, list[tuple[int, float]]], comm_ms: float | None, world_size: int | None
 ) -> float | None:
     """Step bytes over the median comm time (docs/METRICS.md: bandwidth from a time percentile, never averaged)."""
-    step_bytes = measured(scalars, "comm/bytes")
+    step_bytes = measured(scalars, tags.BYTES)
     if not step_bytes or step_bytes[-1] < 0 or not comm_ms or comm_ms < 0 or world_size is None:
         return None
     value = busbw_gbps("all_reduce", step_bytes[-1], comm_ms / 1e3, world_size)

@@ -24,6 +24,7 @@ from harness.analysis.checked import BadFile, Fields, check_regular, read_json_o
 from harness.common.cli import UsageError
 from harness.common.names import EVENT_FILE_PREFIX, SUMMARY_FILE
 from harness.common.numbers import is_number
+from harness.common.tags import current_tag, hparam_setting
 
 # summary.json's totals, each a number >= this minimum (None: any finite number), or null where unknown.
 # Exposed time is negative when communication makes backward faster than the calibration steps (noise), and
@@ -249,14 +250,14 @@ def _read_event_file(path: Path) -> tuple[dict[str, dict[int, float]], dict[str,
     acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
     try:
         acc.Reload()
-        scalars = {tag: {e.step: e.value for e in acc.Scalars(tag) if math.isfinite(e.value)}
+        scalars = {current_tag(tag): {e.step: e.value for e in acc.Scalars(tag) if math.isfinite(e.value)}
                    for tag in acc.Tags()["scalars"]}  # fmt: skip
         hparams: dict[str, Any] = {}
         metadata = acc.summary_metadata.get("_hparams_/session_start_info")
         if metadata is not None:
             data = plugin_data_pb2.HParamsPluginData.FromString(metadata.plugin_data.content)
             for key, value in data.session_start_info.hparams.items():
-                hparams[key] = _hparam_value(json_format.MessageToDict(value))
+                hparams[hparam_setting(key)] = _hparam_value(json_format.MessageToDict(value))
     except Exception as err:  # tensorboard's reader raises its own kinds (protobuf, its own errors) on damage
         reason = " ".join(f"{type(err).__name__}: {err}".split())  # one line, whatever the reader's message
         raise BadFile(f"{path} cannot be read as TensorBoard events ({reason})") from None

@@ -1,7 +1,8 @@
-"""Names and numbers that several layers share, in one torch-free home: files, tags, units, exit codes.
+"""Names and numbers that several layers share, in one torch-free home: files, units, exit codes.
 
 compare and predict read what train.py wrote without loading torch, so what both sides must agree on
-lives here rather than in the modules that import torch. Definitions: docs/METRICS.md.
+lives here rather than in the modules that import torch (TensorBoard's tags: harness.common.tags). Definitions:
+docs/METRICS.md.
 """
 
 from __future__ import annotations
@@ -11,9 +12,6 @@ SUMMARY_FILE = "summary.json"
 EVENT_FILE_PREFIX = "events.out.tfevents."  # TensorBoard's event files
 # Steps 0 and 1 are warm-up: step 0 runs with DDP's single bucket, then DDP rebuilds its buckets once.
 WARMUP_STEPS = 2
-WARMUP_TAG = "step/warmup"  # 1 on warm-up steps, so readers of the events can leave them out
-# 1 on compute-only (calibration) steps, whose communication is skipped: readers leave them out too.
-CALIBRATION_TAG = "step/calibration"
 
 # -- the communication hooks train.py offers (harness.train.hook implements them) -------------------------
 HOOK_NAMES = ("allreduce", "fp16", "bf16", "powersgd", "noop")

@@ -2,8 +2,10 @@
 
 The first steps after warm-up measure the compute-only step (calibration.py). Per step, on rank 0: TensorBoard
 scalars under docs/METRICS.md's names and a histogram of bucket times (step_log.py; every `log_every`-th step
-only, if asked), and samples/s, comm ms and exposed ms in the progress bar. Every `gather_every` steps, every
-rank's times are gathered to log the skew across ranks. At the end: the per-bucket table and summary.json.
+only, if asked), and samples/s, step ms and comm ms in the progress bar. Every `gather_every` steps, every
+rank's times are gathered to log the skew across ranks. At the end: the per-bucket table, summary.json, the
+HParams and settings views (dashboards.py), and the timeline of the last measured step (timeline.py), whose two
+extra stamps are taken on that step only.
 With hook "none" (config.NO_HOOK) no hook is registered, DDP runs its built-in all_reduce, and only the steps
 are timed: summary.json has no buckets and no communication figures (null), and says why.
 
@@ -36,6 +38,7 @@ import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
 
+from harness.common import tags
 from harness.common.failures import (
     Interrupted,
     OutputFailed,
@@ -44,6 +47,8 @@ from harness.common.failures import (
     announced_stop,
     failure_text,
 )
+from harness.common.names import WARMUP_STEPS
+from harness.train import dashboards
 from harness.train import summary as run_summary
 from harness.train.calibration import Calibration, zero_gradients
 from harness.train.config import NO_HOOK
@@ -51,10 +56,11 @@ from harness.train.ddp_crosscheck import DDPStatsReader, compare_comm, ddp_sampl
 from harness.train.failure_naming import step_activity, stop_reason
 from harness.train.hook import TimedHookState, make_hook_state, max_bucket_count, register_timed_hook
 from harness.train.rank_gather import RankGatherer, RankSpread
-from harness.train.stamps import ResolvedStep
+from harness.train.stamps import BACKWARD_START, OPTIMIZER_END, ResolvedStep
 from harness.train.step_log import StepLog
 from harness.train.step_stats import RunAggregate, StepStats, step_stats
-from harness.train.tb_writer import write_step
+from harness.train.tb_writer import write_png, write_step
+from harness.train.timeline import TIMELINE_FILE, draw_timeline, timeline_title
 
 RESOLVE_LAG_STEPS = 2
 # The totals that --comm-hook none cannot measure (no bucket is timed): written as null, not as 0.
@@ -120,6 +126,8 @@ class CommTimingCallback(pl.Callback):
         self.gathers = 0
         self._current_step = -1
         self._step_log: StepLog | None = None  # rank 0's TensorBoard log; the other ranks write none
+        self.timeline_step: int | None = None  # the step whose timeline rank 0 draws (None: none is drawn)
+        self._timeline: tuple[ResolvedStep, StepStats] | None = None  # that step, once resolved
         self._trainer: pl.Trainer | None = None
         self._last_summary_s = time.monotonic()
         self._step_open = False  # between begin_step and the optimizer step's end
@@ -188,7 +196,15 @@ class CommTimingCallback(pl.Callback):
             self.gatherer = RankGatherer(self.world_size)
         if trainer.is_global_zero and trainer.logger is not None:
             self._step_log = StepLog(trainer.logger.experiment, self.world_size, self.log_every, self.timed_comm)
+            self.timeline_step = self.last_measured_step(trainer.max_steps)
         self.phase = "the first step (Lightning's barrier before training)"
+
+    def last_measured_step(self, max_steps: int) -> int | None:
+        """The last step of a run of `max_steps` that is neither warm-up nor calibration (None if none is)."""
+        return next(
+            (s for s in range(max_steps - 1, WARMUP_STEPS - 1, -1) if not self.calibration.is_calibration_step(s)),
+            None,
+        )
 
     # -- per step -----------------------------------------------------------------------------------
 
@@ -211,6 +227,10 @@ class CommTimingCallback(pl.Callback):
         self.state.skip_communication = self.calibration.is_calibration_step(step)
         self.cpu_s["callback"] += time.thread_time() - cpu
 
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any) -> None:
+        if self._current_step == self.timeline_step:  # the drawn step only: no other step pays for it
+            self.state.stamps.mark(self._current_step, BACKWARD_START)
+
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
         # Backward is over and DDP has waited for every bucket's collective: what lies between the step's
         # start and here, beyond the compute-only time, is exposed communication.
@@ -228,6 +248,8 @@ class CommTimingCallback(pl.Callback):
         if trainer.global_step > self._current_step:  # the optimizer stepped: this step is whole
             cpu = time.thread_time()
             self._step_open = False
+            if self._current_step == self.timeline_step:
+                self.state.stamps.mark(self._current_step, OPTIMIZER_END)
             # Its end, unless the next step's start moves it later (the last step keeps this one, so it leaves
             # out Lightning's end of fit).
             self.state.stamps.end(self._current_step)
@@ -268,6 +290,8 @@ class CommTimingCallback(pl.Callback):
         measured = not (stats.warmup or calibrating)
         if measured:
             self.last_measured = stats
+            if stats.step == self.timeline_step:
+                self._timeline = (resolved, stats)
         if gather and measured and self.gatherer is not None and stats.step % self.gather_every == 0:
             # Every rank resolves the same steps in the same order, and calibrates the same ones, so this
             # collective lines up. Warm-up and calibration steps are not gathered: their skew is not logged.
@@ -403,23 +427,44 @@ class CommTimingCallback(pl.Callback):
         except OSError as err:
             raise OutputFailed(f"summary.json in {log_dir!r}", err, f"at {self._position()}") from None
         if self._step_log is not None and self._current_step >= 0:
-            interval = run_summary.interval_scalars(summary["totals"])
+            interval = dashboards.interval_scalars(summary["totals"])
             if interval:
                 self._write_events(lambda: write_step(self._step_log.writer, self._current_step, interval, {}))
         if not final:
             return
         if completed:
             print(run_summary.format_table(summary), flush=True)
+        png = self._draw_timeline(summary, log_dir)
         if self._step_log is not None:
-            step_log = self._step_log
+            step_log, step = self._step_log, max(self._current_step, 0)
 
             def write() -> None:
                 step_log.write_layout()
-                run_summary.log_hparams(trainer.logger, summary)
+                dashboards.write_hparams(step_log.writer, summary, step)
+                dashboards.write_settings(step_log.writer, summary, step)
+                if png is not None:
+                    write_png(step_log.writer, tags.TIMELINE_IMAGE, png, self._timeline[0].step)
                 step_log.writer.flush()
 
             self._write_events(write)
         self._final_summary_written = True
+
+    def _draw_timeline(self, summary: dict[str, Any], log_dir: str) -> bytes | None:
+        """Draw the timeline step (if it was resolved) and write it next to summary.json; its PNG bytes, or None
+        with one line saying why there is none."""
+        if self._timeline is None:
+            return None
+        resolved, stats = self._timeline
+        try:
+            png = draw_timeline(resolved, timeline_title(summary, stats))
+        except ImportError as err:
+            print(f"# no {TIMELINE_FILE}: {err} (pip install -r requirements.txt)", flush=True)
+            return None
+        try:
+            (Path(log_dir) / TIMELINE_FILE).write_bytes(png)
+        except OSError as err:
+            print(f"# {TIMELINE_FILE} not written: {failure_text(err)}", flush=True)
+        return png
 
     def _cpu_overhead(self) -> dict[str, float]:
         """Main-thread CPU ms per step over the clock's window (rank 0's): the training loop's and the harness's
@@ -465,21 +510,20 @@ class CommTimingCallback(pl.Callback):
 
     def progress_bar_metrics(self) -> dict[str, float | str]:
         """Plain strings for the progress bar: no tensors, so showing them never syncs the GPU. The figures are
-        the last measured step's (resolved two steps late); while the current step is a warm-up or calibration
-        step, "phase" says so, and nothing of such a step is shown (its communication was skipped)."""
-        metrics: dict[str, float | str] = {}
+        the last measured step's (resolved two steps late): samples/s, step ms and comm ms. While the current step
+        is a warm-up or calibration step, "phase" says so and nothing else is shown: such a step's communication
+        is skipped. A single step's exposed time is mostly noise against its reference (it can be negative); the
+        end of the run gives its median with a 95 % interval instead."""
         step = self._current_step
         if 0 <= step < self.calibration.first_step:
-            metrics["phase"] = "warm-up"
-        elif self.calibration.is_calibration_step(step):
-            metrics["phase"] = "calibrating"
+            return {"phase": "warm-up"}
+        if self.calibration.is_calibration_step(step):
+            return {"phase": "calibrating"}
         stats = self.last_measured
         if stats is None:
-            return metrics
-        metrics[f"{self.sample_unit}s/s"] = f"{stats.samples_per_s:.4g}"
+            return {}
+        metrics: dict[str, float | str] = {f"{self.sample_unit}s/s": f"{stats.samples_per_s:.4g}"}
+        metrics["step_ms"] = f"{stats.step_ms:.3g}"
         if self.timed_comm:
             metrics["comm_ms"] = f"{stats.comm_ms:.3g}"
-        metrics["step_ms"] = f"{stats.step_ms:.3g}"
-        if not math.isnan(stats.exposed_ms):
-            metrics["exposed_ms"] = f"{stats.exposed_ms:.3g}"
         return metrics

@@ -1,11 +1,13 @@
-"""Lightning's TQDM progress bar, showing samples/s and the last measured step's comm ms, refreshed sparingly.
+"""Lightning's TQDM progress bar, showing the last measured step's samples/s, step ms and comm ms, refreshed sparingly.
 
 Lightning's bar redraws itself twice on every batch (the count, then the postfix), on the training loop's
 thread: a cost paid every step. This one redraws at most every REFRESH_S seconds (and every `refresh_rate`
 batches at most, as Lightning's), and once more at the end with the final count. "phase" in the bar says
 when the run is in warm-up or calibrating, whose figures are not shown (calibration skips communication).
 Its main-thread CPU time is added to the timing callback's (`cpu_s["progress_bar"]`), so the run's summary
-counts it with the harness's cost.
+counts it with the harness's cost. Lightning's version number (v_num) is left out: the run's directory says it.
+The bar closes before the timing callback prints the end-of-run table (trainer.py puts it first), so it is not
+drawn again below the table.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class CommProgressBar(TQDMProgressBar):
 
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
         metrics = super().get_metrics(trainer, pl_module)
+        metrics.pop("v_num", None)
         metrics.update(self.timing.progress_bar_metrics())
         return metrics
 

@@ -37,6 +37,10 @@ Stamp = int | torch.cuda.Event
 CUDA_EVENTS = "cuda_events"
 CPU_CLOCK = "cpu_clock"
 
+# Extra stamps taken on the one step whose timeline is drawn (timeline.py), and on no other step.
+BACKWARD_START = "backward_start"  # Lightning's on_before_backward: the loss is computed
+OPTIMIZER_END = "optimizer_end"  # the optimizer step is done (Lightning's on_train_batch_end)
+
 
 class BucketContents(NamedTuple):
     """Which parameters a bucket carries (names as in the model inside DDP)."""
@@ -109,6 +113,7 @@ class ResolvedStep(NamedTuple):
     # This step's end to the next step's start: the harness's own work between the two, outside both steps
     # (None for the last step, or when the next has not started).
     gap_ms: float | None = None
+    marks: dict[str, float] | None = None  # the extra stamps (`StepStamps.mark`), ms from the start; or None
 
 
 class EventPool:
@@ -140,6 +145,7 @@ class StepStamps:
         self._starts: dict[int, Stamp] = {}
         self._ends: dict[int, Stamp] = {}
         self._backward_ends: dict[int, Stamp] = {}
+        self._marks: dict[int, dict[str, Stamp]] = {}
 
     def now(self) -> Stamp:
         """A time stamp on the timeline of the step starts: a recorded CUDA event, or a monotonic clock."""
@@ -169,6 +175,16 @@ class StepStamps:
         if step in self._starts and step not in self._backward_ends:
             self._backward_ends[step] = self.now()
 
+    def mark(self, step: int, name: str) -> None:
+        """Stamp `name` in `step` now, replacing an earlier one (for the one step whose timeline is drawn)."""
+        if step not in self._starts:
+            return
+        marks = self._marks.setdefault(step, {})
+        previous = marks.get(name)
+        marks[name] = self.now()
+        if previous is not None:
+            self.release(previous)
+
     def has_end(self, step: int) -> bool:
         return step in self._ends
 
@@ -189,10 +205,12 @@ class StepStamps:
         gap_ms = self.elapsed_ms(end, next_start) if next_start is not None else None
         fwd_bwd_ms = self.elapsed_ms(start, backward_end) if backward_end is not None else None
         timings = self._resolve_records(records, start)
-        for stamp in (start, end, backward_end):
+        marks = self._marks.pop(step, None)
+        marks_ms = {name: self.elapsed_ms(start, stamp) for name, stamp in marks.items()} if marks else None
+        for stamp in (start, end, backward_end, *(marks or {}).values()):
             if stamp is not None:
                 self.release(stamp)
-        return ResolvedStep(step, step_ms, fwd_bwd_ms, timings, self.source, gap_ms)
+        return ResolvedStep(step, step_ms, fwd_bwd_ms, timings, self.source, gap_ms, marks_ms)
 
     def elapsed_ms(self, start: Stamp, end: Stamp) -> float:
         """Milliseconds from `start` to `end`; on the GPU waits until `end` has been reached."""

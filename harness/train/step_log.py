@@ -1,4 +1,5 @@
-"""Rank 0's per-step TensorBoard log: every step's scalars under docs/METRICS.md's names, and each bucket's time band.
+"""Rank 0's per-step TensorBoard log: every step's scalars under harness.common.tags' names (docs/METRICS.md), and
+each bucket's time band.
 
 The band is each bucket's p50 with p10 and p90 over its last BUCKET_BAND_STEPS measured steps (warm-up and
 calibration left out), shown as a Custom Scalars margin chart; the chart layout is written once the buckets
@@ -15,11 +16,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from harness.common import tags
 from harness.common.metrics import busbw_gbps, percentile
+from harness.train.dashboards import BUCKET_BAND_STEPS, add_custom_scalar_layout
 from harness.train.rank_gather import RankSpread
 from harness.train.stamps import BucketTiming
 from harness.train.step_stats import StepStats
-from harness.train.summary import BUCKET_BAND_STEPS, add_custom_scalar_layout, bucket_band_tags
 from harness.train.tb_writer import write_step
 
 Band = tuple[float, float, float]  # (p50, p10, p90) ms, a margin chart's (value, lower, upper)
@@ -86,7 +88,7 @@ class StepLog:
         if bands:
             self.write_layout()
         scalars = step_scalars(stats, timings, self.world_size, spread, bands)
-        write_step(self.writer, stats.step, scalars, {"comm/bucket_time_ms": [t.time_ms for t in timings]})
+        write_step(self.writer, stats.step, scalars, {tags.BUCKET_TIME_HISTOGRAM: [t.time_ms for t in timings]})
 
     def write_layout(self) -> None:
         """The Custom Scalars layout, once per run (also for a run that ends before its first measured step)."""
@@ -98,8 +100,8 @@ class StepLog:
 def setup_scalars(stats: StepStats) -> dict[str, float]:
     """A warm-up or calibration step: its own time, and for calibration the compute-only sample it gave."""
     if stats.calibration:
-        return {"setup/calibration_step_ms": stats.step_ms, "setup/compute_only_ms": stats.fwd_bwd_ms}
-    return {"setup/warmup_step_ms": stats.step_ms}
+        return {tags.CALIBRATION_STEP_MS: stats.step_ms, tags.CALIBRATION_COMPUTE_ONLY_MS: stats.fwd_bwd_ms}
+    return {tags.WARMUP_STEP_MS: stats.step_ms}
 
 
 def step_scalars(
@@ -112,27 +114,26 @@ def step_scalars(
     """Every scalar of one step, by tag: the step, its communication, each bucket, and the ranks' skew."""
     scalars = {
         **step_time_scalars(stats),
-        "step/compute_only_ms": stats.fwd_bwd_ms - stats.exposed_ms,
-        "comm/bytes": stats.bytes,
-        "comm/buckets": stats.buckets,
-        "comm/time_ms": stats.comm_ms,
-        "comm/algbw_gbps": stats.algbw_gbps,
-        "comm/busbw_gbps": stats.busbw_gbps,
-        "comm/max_bucket_ms": stats.max_bucket_ms,
-        "comm/tail_ms": stats.tail_ms,
-        "comm/interference_ms": stats.interference_ms,
-        "comm/exposed_ms": stats.exposed_ms,
-        "comm/overlap_pct": stats.overlap_pct,
-        "comm/codec_ms": stats.codec_ms,
+        tags.COMPUTE_ONLY_MS: stats.fwd_bwd_ms - stats.exposed_ms,
+        tags.EXPOSED_MS: stats.exposed_ms,
+        tags.OVERLAP_PCT: stats.overlap_pct,
+        tags.COMM_MS: stats.comm_ms,
+        tags.BUSBW_GBPS: stats.busbw_gbps,
+        tags.CODEC_MS: stats.codec_ms,
+        tags.BYTES: stats.bytes,
+        tags.BUCKETS: stats.buckets,
+        tags.ALGBW_GBPS: stats.algbw_gbps,
+        tags.MAX_BUCKET_MS: stats.max_bucket_ms,
+        tags.TAIL_MS: stats.tail_ms,
+        tags.INTERFERENCE_MS: stats.interference_ms,
     }
     for t in timings:
-        prefix = f"comm/bucket_{t.index:02d}"
-        scalars[f"{prefix}/time_ms"] = t.time_ms
-        scalars[f"{prefix}/bytes"] = t.bytes
-        scalars[f"{prefix}/busbw_gbps"] = busbw_gbps("all_reduce", t.bytes, t.time_ms / 1e3, world_size)
-        scalars[f"{prefix}/codec_ms"] = t.codec_ms
+        scalars[tags.bucket_tag(t.index, "time_ms")] = t.time_ms
+        scalars[tags.bucket_tag(t.index, "codec_ms")] = t.codec_ms
+        scalars[tags.bucket_tag(t.index, "bytes")] = t.bytes
+        scalars[tags.bucket_tag(t.index, "busbw_gbps")] = busbw_gbps("all_reduce", t.bytes, t.time_ms / 1e3, world_size)
         if t.index in bands:
-            scalars.update(zip(bucket_band_tags(t.index), bands[t.index], strict=True))
+            scalars.update(zip(tags.bucket_band_tags(t.index), bands[t.index], strict=True))
     if spread is not None:
         scalars.update(rank_scalars(spread))
     return scalars
@@ -141,22 +142,22 @@ def step_scalars(
 def step_time_scalars(stats: StepStats) -> dict[str, float]:
     """The step's own time and throughput: all that a run without a timed hook has."""
     return {
-        "step/time_ms": stats.step_ms,
-        "step/samples_per_s": stats.samples_per_s,
-        "step/samples_per_s_per_device": stats.samples_per_s_per_device,
-        "step/fwd_bwd_ms": stats.fwd_bwd_ms,
+        tags.STEP_MS: stats.step_ms,
+        tags.SAMPLES_PER_S: stats.samples_per_s,
+        tags.SAMPLES_PER_S_PER_DEVICE: stats.samples_per_s_per_device,
+        tags.FWD_BWD_MS: stats.fwd_bwd_ms,
     }
 
 
 def rank_scalars(spread: RankSpread, timed_comm: bool = True) -> dict[str, float]:
     """The skew across ranks at a gathered step (its communication parts only where buckets were timed)."""
-    scalars = {"ranks/step_ms_skew": spread.step_ms_skew, "ranks/slowest_rank": spread.slowest_rank}
+    scalars = {tags.STEP_MS_SKEW: spread.step_ms_skew, tags.SLOWEST_RANK: spread.slowest_rank}
     if timed_comm:
         scalars.update(
             {
-                "ranks/comm_ms_skew": spread.comm_ms_skew,
-                "ranks/bucket_ms_skew_max": spread.bucket_ms_skew_max,
-                "comm/busbw_fastest_rank_gbps": spread.busbw_fastest_gbps,
+                tags.COMM_MS_SKEW: spread.comm_ms_skew,
+                tags.BUCKET_MS_SKEW_MAX: spread.bucket_ms_skew_max,
+                tags.BUSBW_FASTEST_RANK_GBPS: spread.busbw_fastest_gbps,
             }
         )
     return scalars

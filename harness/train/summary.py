@@ -1,4 +1,4 @@
-"""End of a training run: the per-bucket table on stdout, summary.json, and hparams for TensorBoard.
+"""End of a training run: the per-bucket table on stdout, and summary.json (TensorBoard's views: dashboards.py).
 
 summary.json is written on rank 0 into the run's log directory, also for a run that did not finish
 (with "completed": false and the reason), so nothing measured is lost.
@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness.common.metrics import algbw_gbps, busbw_gbps
-from harness.common.names import DEFAULT_BUCKET_CAP_MB, MB, SUMMARY_FILE, WARMUP_STEPS
+from harness.common.names import MB, SUMMARY_FILE, WARMUP_STEPS
 from harness.common.run_info import json_safe, run_info
 from harness.train.exposure_estimate import estimate_exposure, reference_ms
 from harness.train.step_stats import RunAggregate
@@ -247,87 +246,3 @@ def format_table(summary: dict[str, Any]) -> str:
     if summary["world_size"] == 1:
         lines.append("# world size 1: busbw is 0 by definition (no data crosses a link)")
     return "\n".join(lines)
-
-
-HPARAM_METRICS = {
-    "hp/comm_ms_p50": "comm_ms_p50",
-    "hp/exposed_ms_p50": "exposed_ms_p50",
-    "hp/overlap_pct_p50": "overlap_pct_p50",
-    "hp/step_ms_p50": "step_ms_p50",
-    "hp/samples_per_s_p50": "samples_per_s_p50",
-    "hp/busbw_gbps_p50": "busbw_gbps_p50",
-}
-
-
-def log_hparams(logger: Any, summary: dict[str, Any]) -> None:
-    """Settings and headline metrics in the run's own event file, so TensorBoard's HParams tab compares runs."""
-    settings = dict(summary["settings"])
-    if settings.get("bucket_cap_mb") is None:
-        # DDP's effective default, so the HParams column holds one type across runs.
-        settings["bucket_cap_mb"] = DEFAULT_BUCKET_CAP_MB
-    params = {
-        key: (value if isinstance(value, int | float | str | bool) else str(value)) for key, value in settings.items()
-    }
-    params["world_size"] = summary["world_size"]
-    params["backend"] = summary["backend"]
-    metrics = {
-        tag: summary["totals"][key]
-        for tag, key in HPARAM_METRICS.items()
-        if isinstance(summary["totals"].get(key), float) and math.isfinite(summary["totals"][key])
-    }
-    logger.log_hyperparams(params, metrics)
-
-
-# Each bucket's time is also logged as a band: p10, p50 and p90 over its last BUCKET_BAND_STEPS measured steps
-# (warm-up and calibration left out), shown as Custom Scalars margin charts.
-BUCKET_BAND_STEPS = 20
-
-
-# The run's exposed p50 and its 95 % interval, written with each summary (every SUMMARY_EVERY_S and at the end),
-# in a margin chart's (value, lower, upper) order.
-EXPOSED_INTERVAL_TAGS = ("comm/exposed_ms_p50", "comm/exposed_ms_ci95_low", "comm/exposed_ms_ci95_high")
-
-
-def interval_scalars(totals: dict[str, Any]) -> dict[str, float]:
-    """The exposed interval's scalars from a summary's totals ({} where exposure was not measured)."""
-    p50, (low, high) = totals.get("exposed_ms_p50", math.nan), totals.get("exposed_ms_ci95", (math.nan, math.nan))
-    if not all(math.isfinite(v) for v in (p50, low, high)):
-        return {}
-    return dict(zip(EXPOSED_INTERVAL_TAGS, (p50, low, high), strict=True))
-
-
-def bucket_band_tags(index: int) -> tuple[str, str, str]:
-    """The (p50, p10, p90) tags of bucket `index`'s time band, in a margin chart's (value, lower, upper) order."""
-    prefix = f"comm/bucket_{index:02d}/time_ms"
-    return f"{prefix}_p50", f"{prefix}_p10", f"{prefix}_p90"
-
-
-def add_custom_scalar_layout(writer: Any, bucket_indices: Sequence[int]) -> None:
-    """Group the comm charts in TensorBoard's Custom Scalars tab (written once per run, when the buckets are
-    known): one margin chart per bucket, p50 with its p10–p90 band."""
-    bands = {f"bucket {i:02d}": ["Margin", list(bucket_band_tags(i))] for i in sorted(bucket_indices)}
-    writer.add_custom_scalars(
-        {
-            "step": {
-                "time and throughput": ["Multiline", ["step/time_ms", "comm/time_ms", "comm/tail_ms"]],
-                "exposed communication": ["Multiline", ["comm/exposed_ms", "comm/time_ms", "comm/codec_ms"]],
-                "exposed: tail and interference": ["Multiline", ["comm/tail_ms", "comm/interference_ms"]],
-                "exposed p50, 95 % interval (run so far)": ["Margin", list(EXPOSED_INTERVAL_TAGS)],
-                "overlap %": ["Multiline", ["comm/overlap_pct"]],
-                "samples/s": ["Multiline", ["step/samples_per_s"]],
-            },
-            "comm": {
-                "bandwidth": ["Multiline", ["comm/busbw_gbps", "comm/algbw_gbps"]],
-                # Anchored: TensorBoard matches from the start only, and time_ms_p10/p50/p90 share the prefix.
-                "bucket time": ["Multiline", [r"comm/bucket_\d+/time_ms$"]],
-                "bucket busbw": ["Multiline", [r"comm/bucket_\d+/busbw_gbps"]],
-                "slowest bucket": ["Multiline", ["comm/max_bucket_ms"]],
-            },
-            f"bucket time: p50, p10–p90 band (last {BUCKET_BAND_STEPS} steps)": bands,
-            "ranks": {
-                "skew": ["Multiline", ["ranks/step_ms_skew", "ranks/comm_ms_skew", "ranks/bucket_ms_skew_max"]],
-                "slowest rank": ["Multiline", ["ranks/slowest_rank"]],
-                "busbw of the fastest rank": ["Multiline", ["comm/busbw_fastest_rank_gbps", "comm/busbw_gbps"]],
-            },
-        }
-    )

@@ -1,4 +1,5 @@
-"""Writes one training step's scalars and bucket-time histogram to TensorBoard as a single event.
+"""Writes Summary protos through a SummaryWriter: one training step's scalars and bucket-time histogram as a
+single event, a PNG as an image, Markdown as text, or any ready-made Summary.
 
 `SummaryWriter.add_scalar` builds one event per scalar: about 40 µs each, over a millisecond a step for
 the ~30 tags of a 5-bucket model, paid on the training loop's thread. One Summary holding every value of
@@ -12,6 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
+from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+from tensorboard.compat.proto.types_pb2 import DT_STRING
+from tensorboard.plugins.text import metadata as text_metadata
 
 
 def histogram_proto(values: Sequence[float]) -> HistogramProto:
@@ -44,6 +49,24 @@ def write_step(
     for tag, data in (histograms or {}).items():
         if data:
             values.append(Summary.Value(tag=tag, histo=histogram_proto(data)))
-    # SummaryWriter's file writer is where add_scalar itself ends up; going there directly skips the
-    # per-value event construction.
-    writer._get_file_writer().add_summary(Summary(value=values), global_step=step)
+    write_summary(writer, Summary(value=values), step)
+
+
+def write_png(writer: Any, tag: str, png: bytes, step: int) -> None:
+    """A PNG as it is, under `tag` in the Images tab (its width and height read from its header)."""
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    image = Summary.Image(height=height, width=width, colorspace=4, encoded_image_string=png)  # 4: RGBA
+    write_summary(writer, Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+
+
+def write_text(writer: Any, tag: str, markdown: str, step: int) -> None:
+    """Markdown under exactly `tag` in the TEXT tab (SummaryWriter.add_text would append "/text_summary")."""
+    tensor = TensorProto(dtype=DT_STRING, string_val=[markdown.encode()], tensor_shape=TensorShapeProto())
+    meta = text_metadata.create_summary_metadata(display_name=tag, description="")
+    write_summary(writer, Summary(value=[Summary.Value(tag=tag, metadata=meta, tensor=tensor)]), step)
+
+
+def write_summary(writer: Any, summary: Summary, step: int) -> None:
+    """Write `summary` at `step`. SummaryWriter's file writer is where add_scalar itself ends up; going there
+    directly skips the per-value event construction."""
+    writer._get_file_writer().add_summary(summary, global_step=step)

@@ -27,6 +27,7 @@ from harness.train.config import RUN_VERSION_ENV, TrainConfig, claim_run_version
 from harness.train.ddp_strategy import SameStreamDDPStrategy
 from harness.train.module import CommBenchModule, make_dataloader
 from harness.train.progress_bar import CommProgressBar
+from harness.train.quiet import silence_third_party_noise
 from models import get_model_spec
 
 # How often the TensorBoard writer's own thread flushes events to disk (SummaryWriter's default is 120 s): a
@@ -149,6 +150,7 @@ def build_trainer(
 ) -> tuple[pl.Trainer, CommBenchModule, CommTimingCallback | None]:
     """The Trainer, the module and the timing callback (None with --harness off); `extra_callbacks` run before
     the timing callback."""
+    silence_third_party_noise()
     spec = get_model_spec(cfg.model)
     ddp_kwargs = {
         "gradient_as_bucket_view": cfg.gradient_as_bucket_view,
@@ -182,9 +184,9 @@ def build_trainer(
             log_every=cfg.log_every,
             clock=clock,
         )
-        callbacks.append(timing)
-        if cfg.progress_bar:
+        if cfg.progress_bar:  # before the timing callback: the bar closes before the end-of-run table is printed
             callbacks.append(CommProgressBar(timing))
+        callbacks.append(timing)
         logger = TensorBoardLogger(
             save_dir=cfg.logdir,
             name=cfg.run_name,
