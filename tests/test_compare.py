@@ -517,7 +517,8 @@ def test_real_runs_each_against_another_workload_warn_and_plot(one_name_two_work
     assert len(bars) == len(SEGMENTS) and all(len(bar) == len(rows) == 3 for bar in bars), "no unsplit bars"
     for row, *patches in zip(rows, *bars, strict=True):
         widths = [patch.get_width() for patch in patches]
-        assert widths[0] == pytest.approx(row.compute_only_ms) and widths[1] == max(row.values["exposed_ms"], 0)
+        assert widths[0] == pytest.approx(row.compute_only_ms)
+        assert widths[1] == pytest.approx(max(row.values["exposed_ms"], 0))
         assert sum(widths) == pytest.approx(max(row.values["step_ms"], widths[0] + widths[1]))
     whiskers = [c for c in axes.containers if isinstance(c, ErrorbarContainer)]
     assert len(whiskers) == sum(row.exposed_ci95 is not None and None not in row.exposed_ci95 for row in rows)

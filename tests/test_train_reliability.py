@@ -340,7 +340,7 @@ MEMORY_STEPS = 600
 MEMORY_GROWTH_LIMIT_MB = 20  # measured about 4 MB from step 100 to 600; 5,000 steps stay under 50 (bench)
 
 
-@pytest.mark.slow
+@pytest.mark.benchmark
 def test_memory_stays_flat_over_a_long_run(tmp_path):
     from bench.memory_soak import soak
 
