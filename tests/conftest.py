@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 import torch.distributed as dist
 
 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
+# A shell without job control starts a background command (`.ci/run &`) with SIGINT ignored, and every process
+# the tests start would inherit that and ignore a Ctrl-C. Python's own handler here is reset to the default by
+# exec in each child, so the Ctrl-C tests see what a terminal's user gets.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
