@@ -213,12 +213,14 @@ def test_event_medians_leave_out_warmup_and_rebuild_missing_values():
         tags.SAMPLES_PER_S_PER_DEVICE: [(s, 100.0) for s in steps],  # 4 ranks
         tags.COMM_MS: [(s, 2.0 * s) for s in steps],
         tags.BYTES: [(s, 8e6 if s == 0 else 4e6) for s in steps],  # step 0's single bucket
+        tags.COMPUTE_ONLY_MS: [(s, 9.0 + s) for s in steps],
     }
     assert measured(scalars, tags.STEP_MS) == [12.0, 13.0, 14.0, 15.0]
     assert measured({"x": [(s, float(s)) for s in steps]}, "x") == [2.0, 3.0, 4.0, 5.0], "no mark: steps 0, 1"
     (row,) = build_rows([RunData("killed/v0", scalars=scalars)])
     assert row.values["step_ms"] == pytest.approx(13.5)
     assert row.values["comm_ms"] == pytest.approx(7.0)
+    assert row.compute_only_ms == pytest.approx(12.5), "the compute-only reference from its per-step series"
     assert row.settings["world_size"] == "4", "samples/s over samples/s per device"
     assert row.values["busbw_gbps"] == pytest.approx(4e6 * 2 * 3 / 4 / 7e-3 / 1e9), "bytes × 2(n−1)/n / p50 time"
     assert row.values["exposed_ms"] is None and row.settings["model"] == "—"

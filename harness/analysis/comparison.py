@@ -335,7 +335,7 @@ def _compute_only_ms(run: RunData) -> float | None:
     """The compute-only reference: summary.json's, else the median of the event file's per-step series."""
     value = ((run.summary or {}).get("totals") or {}).get("compute_only_ms")
     if not is_finite(value):
-        value = percentile(measured(run.scalars, "step/compute_only_ms"), 50)
+        value = percentile(measured(run.scalars, tags.COMPUTE_ONLY_MS), 50)
     return value if is_finite(value) else None
 
 
