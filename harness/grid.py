@@ -76,7 +76,8 @@ def run_order(configs: list[dict[str, str]], repeats: int) -> list[tuple[int, di
 
 
 def run_name(model: str, config: dict[str, str]) -> str:
-    return f"{model}-bucket{config['--bucket-cap-mb']}-{config['--comm-hook']}"
+    """<model>-bucket<cap>-<hook>; a config without --bucket-cap-mb runs DDP's default ("bucketdefault")."""
+    return f"{model}-bucket{config.get('--bucket-cap-mb', 'default')}-{config['--comm-hook']}"
 
 
 def build_command(launcher: list[str], model: str, config: dict[str, str], logdir: Path, extra: list[str]) -> list[str]:
@@ -124,6 +125,57 @@ def stop_run(proc: subprocess.Popen, signum: int, grace_s: float = STOP_GRACE_S)
     proc.wait()
 
 
+def run_schedule(
+    schedule: list[tuple[int, dict[str, str]]],
+    model: str,
+    logdir: Path,
+    launcher: list[str],
+    train_args: list[str],
+    signals: SignalLatch,
+) -> list[str]:
+    """Run every (repeat, config) of `schedule` in order, each as its own train.py under `logdir`; the names of
+    the runs that failed. A signal stops the schedule after passing it on to the running train.py (noted on
+    stderr; `signals.received` says which), and what finished stays for the comparison."""
+    repeats = max((repeat for repeat, _ in schedule), default=1)
+    failed: list[str] = []
+    finished = 0
+    try:
+        for i, (repeat, config) in enumerate(schedule, 1):
+            if signals.received is not None:
+                raise Interrupted(signals.received)
+            name = run_name(model, config)
+            log_name = f"{name}.log" if repeats == 1 else f"{name}-repeat{repeat}.log"
+            progress = f"[{i}/{len(schedule)}] {name}" + (f" (repeat {repeat})" if repeats > 1 else "")
+            cmd = build_command(launcher, model, config, logdir, train_args)
+            print(f"{progress}: {shlex.join(cmd)}", flush=True)
+            try:
+                code, seconds = run_config(cmd, logdir / "logs" / log_name, signals)
+            except Interrupted:
+                print(f"{progress}: stopped (see logs/{log_name})", flush=True)
+                raise
+            status = "ok" if code == 0 else f"FAILED (exit {code}, see logs/{log_name})"
+            print(f"{progress}: {status} in {seconds:.0f} s", flush=True)
+            finished += 1
+            if code != 0:
+                failed.append(name)
+    except Interrupted as stop:
+        print(
+            f"{PROG}: interrupted by {signal_name(stop.signum)} after {finished} of {len(schedule)} runs: "
+            "comparing what was measured",
+            file=sys.stderr,
+            flush=True,
+        )
+    return failed
+
+
+def prepare_logdir(logdir: Path) -> None:
+    """Create `logdir` and its logs/ folder; a UsageError where that cannot be done."""
+    try:
+        (logdir / "logs").mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--logdir {str(logdir)!r} cannot be created: {err.strerror}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=PROG,
@@ -159,41 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(f"--repeat {args.repeat}: must be at least 1")
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     logdir = Path(args.logdir or f"runs/sweep-{args.model}-{stamp}")
-    try:
-        (logdir / "logs").mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"--logdir {str(logdir)!r} cannot be created: {err.strerror}") from None
+    prepare_logdir(logdir)
     launcher = shlex.split(args.launcher)
     schedule = run_order(grid(caps, hooks), args.repeat)
-    failed = []
     signals = SignalLatch().install()  # not armed: a signal between runs is acted on before the next
-    finished = 0
-    try:
-        for i, (repeat, config) in enumerate(schedule, 1):
-            if signals.received is not None:
-                raise Interrupted(signals.received)
-            name = run_name(args.model, config)
-            log_name = f"{name}.log" if args.repeat == 1 else f"{name}-repeat{repeat}.log"
-            progress = f"[{i}/{len(schedule)}] {name}" + (f" (repeat {repeat})" if args.repeat > 1 else "")
-            cmd = build_command(launcher, args.model, config, logdir, args.train_args)
-            print(f"{progress}: {shlex.join(cmd)}", flush=True)
-            try:
-                code, seconds = run_config(cmd, logdir / "logs" / log_name, signals)
-            except Interrupted:
-                print(f"{progress}: stopped (see logs/{log_name})", flush=True)
-                raise
-            status = "ok" if code == 0 else f"FAILED (exit {code}, see logs/{log_name})"
-            print(f"{progress}: {status} in {seconds:.0f} s", flush=True)
-            finished += 1
-            if code != 0:
-                failed.append(name)
-    except Interrupted as stop:
-        print(
-            f"{PROG}: interrupted by {signal_name(stop.signum)} after {finished} of {len(schedule)} runs: "
-            "comparing what was measured",
-            file=sys.stderr,
-            flush=True,
-        )
+    failed = run_schedule(schedule, args.model, logdir, launcher, args.train_args, signals)
 
     def exit_code() -> int:  # a signal, even one that came while comparing, says more than a failed run
         return 128 + signals.received if signals.received is not None else 1 if failed else 0

@@ -22,7 +22,7 @@ from typing import Any
 from harness.analysis.bucket_layout import PlannedBucket
 from harness.analysis.checked import BadFile, check_regular
 from harness.common.cli import UsageError
-from harness.common.metrics import busbw_factor
+from harness.common.metrics import busbw_factor, fit_alpha_beta
 from harness.common.numbers import is_finite
 from harness.common.sweep_fits import FitRecordError, load_fits
 
@@ -109,6 +109,32 @@ def network_from_sweep(path: str, alpha_scaling: str = "constant") -> Network:
         source=f"sweep {path} (all_reduce {placement}, {fit.world_size} ranks, β {fit.beta_gbps:.4g} GB/s algbw)",
         fit_max_rel_error=fit.max_rel_error,
         fit_range_bytes=(fit.min_size_bytes or 0, fit.max_size_bytes or 0),  # (0, 0): not recorded, so unknown
+    )
+
+
+def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "constant") -> Network | None:
+    """The α-β fit of the training's own all_reduce: each measured bucket's collective time (p50) against its
+    bytes on the wire. None where it cannot be fitted: one rank (nothing crossed a link), fewer than two
+    distinct bucket sizes, or no bucket timed."""
+    world = summary.get("world_size") or 1
+    points = [
+        (b["bytes"], 1e3 * b["time_ms_p50"])
+        for b in summary.get("buckets", [])
+        if is_finite(b.get("time_ms_p50")) and b.get("bytes")
+    ]
+    fitted = fit_alpha_beta([s for s, _ in points], [t for _, t in points]) if world > 1 else None
+    if fitted is None:
+        return None
+    alpha, beta, worst = fitted
+    sources = sorted({b.get("time_source") or "?" for b in summary.get("buckets", [])})
+    return Network(
+        alpha_us=alpha,
+        busbw_gbps=busbw_from_beta(beta, world),
+        ref_world_size=world,
+        alpha_scaling=alpha_scaling,
+        source=f"in-run fit of {run}'s {len(points)} buckets ({world} ranks, {', '.join(sources)} times)",
+        fit_max_rel_error=worst,
+        fit_range_bytes=(min(s for s, _ in points), max(s for s, _ in points)),
     )
 
 

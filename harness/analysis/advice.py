@@ -1,0 +1,186 @@
+"""The advisor's answer: every candidate bucket cap, list and hook predicted from one run, and the pick.
+
+From a run's summary.json: its backward timeline and codec probe (harness.analysis.backward_timeline), its
+compute-only step, its measured step, and a network (the in-run fit of its own buckets, a sweep's fit, or
+α and the bus bandwidth given). The step model (harness.analysis.step_model) is anchored on the run's own
+setting, then predicts each candidate at the run's world size or another. The recommendation is the
+fastest candidate; how sure it is compares the gap to the runner-up with the model's error measured in
+validation (VALIDATED_ERROR, docs/BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from harness.analysis.backward_timeline import COMPRESS_HOOKS, read_codec_costs, read_timeline
+from harness.analysis.prediction import Network
+from harness.analysis.step_model import (
+    ADVISOR_CAPS_MB,
+    FORMULAS,
+    Candidate,
+    StepInputs,
+    StepPrediction,
+    anchor,
+    assign_buckets,
+    best_list,
+    cap_candidate,
+    default_candidate,
+    predict_candidate,
+    run_candidate,
+)
+from harness.common.cli import UsageError
+from harness.common.numbers import is_finite
+
+ADVISOR_HOOKS = ("allreduce", "fp16", "bf16")
+# The step model's |error| on CPU gloo, from the validation in docs/BENCHMARKS.md ("Issue 13: validation"):
+# the median and the worst over every setting predicted there. A gap between two candidates smaller than
+# the median is not a prediction the model can make.
+VALIDATED_ERROR = {"median": math.nan, "worst": math.nan, "where": "not yet validated"}
+
+
+@dataclass(frozen=True)
+class Advice:
+    rows: list[StepPrediction]
+    """Every candidate, fastest first."""
+    current: StepPrediction
+    """The run's own setting, at the world size predicted."""
+    measured_step_ms: float
+    world_size: int
+    run_world_size: int
+    inputs: StepInputs
+    network: Network
+    layout_check: str
+    notes: list[str]
+
+
+def step_inputs(summary: dict[str, Any], run: str) -> StepInputs:
+    """The run's timeline, compute-only step, rest of the step and codec costs; a UsageError saying what is
+    missing."""
+    path = f"{run}/summary.json"
+    timeline = read_timeline(summary, path)
+    if timeline is None:
+        raise UsageError(
+            f"--run {run!r} has no backward timeline (it is recorded in calibration steps; the run had none, or "
+            "was made by an older train.py): run train.py again with --calibration-steps 3 or more"
+        )
+    totals = summary.get("totals", {})
+    compute = totals.get("compute_only_ms")
+    if not is_finite(compute):
+        raise UsageError(f"--run {run!r} has no compute-only step (compute_only_ms); it needs calibration steps")
+    step, fwd_bwd = totals.get("step_ms_p50"), totals.get("fwd_bwd_ms_p50")
+    if not (is_finite(step) and is_finite(fwd_bwd)):
+        raise UsageError(f"--run {run!r} measured no step (step_ms_p50, fwd_bwd_ms_p50): too few steps?")
+    return StepInputs(timeline, compute, max(0.0, step - fwd_bwd), read_codec_costs(summary, path))
+
+
+def candidates(hooks: list[str], caps_mb: tuple[float, ...], network: Network, world: int, inputs: StepInputs):
+    """Every cap, DDP's default, and the best per-bucket list, for each hook."""
+    out: list[Candidate] = []
+    for hook in hooks:
+        out.append(default_candidate(hook))
+        out += [cap_candidate(cap, hook) for cap in caps_mb]
+        out.append(best_list(hook, network, world, inputs))
+    return out
+
+
+def advise(
+    summary: dict[str, Any],
+    run: str,
+    network: Network,
+    world_size: int | None = None,
+    hooks: list[str] | None = None,
+    caps_mb: tuple[float, ...] = ADVISOR_CAPS_MB,
+) -> Advice:
+    """Predict every candidate from the run; the run's own setting anchors the model (step_model.anchor)."""
+    inputs = step_inputs(summary, run)
+    settings, totals = summary["settings"], summary["totals"]
+    run_hook = settings.get("comm_hook") or "allreduce"
+    if run_hook not in ADVISOR_HOOKS:
+        raise UsageError(
+            f"--run used --comm-hook {run_hook}, which the model does not cover; give a run with one of "
+            f"{', '.join(ADVISOR_HOOKS)}"
+        )
+    hooks = hooks or list(ADVISOR_HOOKS)
+    notes = []
+    missing = [h for h in hooks if h in COMPRESS_HOOKS and h not in inputs.codec]
+    if missing:
+        notes.append(f"{', '.join(missing)} left out: the run has no codec probe to give their cast's cost")
+        hooks = [h for h in hooks if h not in missing]
+    if run_hook in COMPRESS_HOOKS and run_hook not in inputs.codec:
+        raise UsageError(f"--run used --comm-hook {run_hook} but has no codec probe: run it with a newer train.py")
+    run_world = summary["world_size"]
+    world = world_size or run_world
+    current_setting = run_candidate(settings.get("bucket_cap_mb"), run_hook)
+    anchor(inputs, current_setting, network, run_world, totals["fwd_bwd_ms_p50"])
+    rows = [predict_candidate(c, network, world, inputs) for c in candidates(hooks, caps_mb, network, world, inputs)]
+    rows.sort(key=lambda r: r.step_ms)
+    current = predict_candidate(current_setting, network, world, inputs)
+    return Advice(
+        rows=rows,
+        current=current,
+        measured_step_ms=totals["step_ms_p50"],
+        world_size=world,
+        run_world_size=run_world,
+        inputs=inputs,
+        network=network,
+        layout_check=layout_check(summary, inputs, current_setting),
+        notes=notes,
+    )
+
+
+def layout_check(summary: dict[str, Any], inputs: StepInputs, setting: Candidate) -> str:
+    """Whether the buckets rebuilt from the measured timeline at the run's own setting are DDP's, as the run's
+    summary.json measured them (bucket elements, in order): the check that the model's buckets are real."""
+    measured = [b["numel"] for b in sorted(summary.get("buckets", []), key=lambda b: b["index"])]
+    rebuilt = [b.numel for b in assign_buckets(inputs.timeline.ready_order(), setting.limits_bytes)]
+    if not measured:
+        return "the run measured no buckets to check the rebuilt layout against"
+    if rebuilt == measured:
+        return f"the {len(rebuilt)} buckets rebuilt from the measured timeline are the run's own, element for element"
+    return (
+        f"warning: the buckets rebuilt from the measured timeline ({len(rebuilt)}: {rebuilt[:6]}) differ from the "
+        f"run's ({len(measured)}: {measured[:6]}); gradients were ready in another order in the run's step 0"
+    )
+
+
+def confidence(advice: Advice) -> str:
+    """How sure the pick is: its lead over the runner-up (another layout or hook), against the validated error."""
+    best = advice.rows[0]
+    runner = next((r for r in advice.rows[1:] if not same_buckets(r, best)), None)
+    lead_current = 1 - best.step_ms / advice.current.step_ms if advice.current.step_ms > 0 else math.nan
+    median, worst = VALIDATED_ERROR["median"], VALIDATED_ERROR["worst"]
+    parts = [f"predicted {100 * lead_current:.1f} % faster than the run's setting"]
+    if runner is not None:
+        lead = 1 - best.step_ms / runner.step_ms
+        parts.append(f"{100 * lead:.1f} % ahead of the next different setting ({describe(runner.candidate)})")
+    else:
+        lead = math.nan
+    if not is_finite(median):
+        parts.append("the model's error is not validated on this kind of machine: run --verify")
+    elif min(lead, lead_current) > worst:
+        parts.append(f"clear: the lead exceeds the worst error seen in validation ({100 * worst:.0f} %)")
+    elif min(lead, lead_current) > median:
+        parts.append(
+            f"likely: the lead exceeds the median error seen in validation ({100 * median:.0f} %) but not the "
+            f"worst ({100 * worst:.0f} %); --verify settles it"
+        )
+    else:
+        parts.append(
+            f"not resolved: the lead is within the model's median error ({100 * median:.0f} %); --verify settles it"
+        )
+    return "; ".join(parts)
+
+
+def same_buckets(a: StepPrediction, b: StepPrediction) -> bool:
+    """Two candidates that build the same buckets with the same hook are one setting."""
+    return a.candidate.hook == b.candidate.hook and [x.numel for x in a.buckets] == [x.numel for x in b.buckets]
+
+
+def describe(candidate: Candidate) -> str:
+    return f"{candidate.label}, {candidate.hook}"
+
+
+def formulas() -> list[str]:
+    return list(FORMULAS)

@@ -1,0 +1,293 @@
+"""The step model behind the advisor: one training step's time for any bucket cap, cap list and hook.
+
+Inputs, all from one measured run (harness.analysis.backward_timeline reads them): when each gradient becomes
+ready in backward, the compute-only step, the rest of the step (the optimizer), the codec cost of the
+compress hooks, and a network (the run's own buckets' α-β fit, a sweep's, or one given). FORMULAS states the
+model; every printed prediction carries them.
+
+- DDP's buckets are rebuilt with torch's own assignment function (`dist._compute_bucket_assignment_by_size`,
+  as DDP's rebuild calls it), the parameters taken in their measured ready order.
+- A bucket is ready when its last gradient is. Buckets launch in index order and their collectives run one
+  after another: NCCL runs one communicator's collectives in order. gloo can run two at once; the model
+  assumes serial there too, and the in-run fit, taken from gloo's own launch-to-done times, absorbs what
+  the concurrency changes.
+- The fp16 and bf16 hooks send 2 bytes an element. Their cast runs on the compute path before the bucket
+  launches (it delays the rest of backward), and their copy back runs after the collective; the measured
+  codec time is split half and half between the two.
+- Communication that runs while backward computes slows backward (the two share memory bandwidth, SMs or
+  CPU cores: the Echo simulator, arXiv 2412.12487). The model charges κ ms of compute per ms of hidden
+  communication, with κ fitted so that the run's own setting predicts its measured forward + backward; what
+  κ cannot carry (κ is kept within [0, 1]) is a constant residual, reported.
+
+torch is imported only inside `assign_buckets`, so the commands that use this module answer a mistake first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from harness.analysis.backward_timeline import BackwardTimeline, CodecCost, ParamReady
+from harness.analysis.prediction import COMPRESSED_ITEMSIZE, Network
+from harness.common.names import DEFAULT_BUCKET_CAP_MB, MIB
+
+FIRST_BUCKET_BYTES = MIB  # dist._DEFAULT_FIRST_BUCKET_BYTES: DDP's first bucket while the cap is its default
+ADVISOR_CAPS_MB = (1, 2, 5, 10, 25, 50, 100, 200)
+MAX_KAPPA = 1.0  # one ms of hidden communication cannot cost backward more than one ms: it would then be serial
+# The per-bucket list is searched over at most MAX_LIST_GROUPS runs of consecutive parameters, keeping at most
+# PARETO_POINTS splits per prefix: O(n² × points).
+MAX_LIST_GROUPS = 400
+PARETO_POINTS = 12
+
+FORMULAS = (
+    "order: parameters sorted by measured ready time r_p (from the start of backward, calibration steps)",
+    "buckets: torch's dist._compute_bucket_assignment_by_size(order, limits), limits = [1 MiB, 25 MiB] for DDP's"
+    " default, [cap, cap] for --bucket-cap-mb cap, or one limit per bucket for a list",
+    "S_b = Σ numel × bytes on the wire (4 for fp32 gradients, 2 with the fp16/bf16 hooks)",
+    "t_b = α(n) + S_b × 2(n−1)/n / B_bus   (ring all_reduce)",
+    "k_b = codec(numel_b) = fixed + per-element × numel_b   (fp16/bf16 only; half before the launch, half after)",
+    "launch_b = max(F + max_{p∈b} r_p + Σ_{c≤b} k_c/2, launch_{b−1})   (F: forward; casts run on the compute path)",
+    "start_b = max(launch_b, end_{b−1}),  end_b = start_b + t_b + k_b/2   (collectives serial, in index order)",
+    "E = F + backward + Σ k_b/2   (the end of backward);  tail = max(0, end_last − E)",
+    "hidden = Σ_b max(0, min(end_b, E) − start_b)   (communication under backward)",
+    "forward+backward = C + Σ k_b/2 + κ × hidden + tail + residual   (C: compute-only forward+backward)",
+    "κ = clamp((M − (C + Σ k_b/2 + tail)) / hidden, 0, 1) at the run's own setting, M its measured forward+backward;"
+    " residual = what κ leaves of M there (0 when κ is inside the clamp)",
+    "step = forward+backward + other   (other: the run's measured step − forward+backward, the optimizer);"
+    "  exposed = forward+backward − C",
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One setting the advisor weighs: bucket size limits (DDP's) and a hook."""
+
+    limits_bytes: tuple[int, ...]
+    """DDP's bucket size limits in order; the last repeats for every later bucket."""
+    hook: str
+    kind: str
+    """"default" (DDP's 1 MiB first bucket, then 25 MiB), "cap" (train.py --bucket-cap-mb) or "list"."""
+
+    @property
+    def bucket_cap_mb(self) -> float | None:
+        """train.py's --bucket-cap-mb for this candidate; None for DDP's default (and for a list)."""
+        return self.limits_bytes[-1] / MIB if self.kind == "cap" else None
+
+    @property
+    def label(self) -> str:
+        if self.kind == "default":
+            return "default (1, then 25 MiB)"
+        if self.kind == "cap":
+            return f"{self.limits_bytes[-1] / MIB:g} MiB"
+        return f"list of {len(self.limits_bytes)}"
+
+    def limits_mb(self) -> list[float]:
+        return [round(limit / MIB, 6) for limit in self.limits_bytes]
+
+
+def default_candidate(hook: str) -> Candidate:
+    return Candidate((FIRST_BUCKET_BYTES, int(DEFAULT_BUCKET_CAP_MB * MIB)), hook, "default")
+
+
+def cap_candidate(cap_mb: float, hook: str) -> Candidate:
+    cap = int(cap_mb * MIB)
+    return Candidate((cap, cap), hook, "cap")
+
+
+def run_candidate(bucket_cap_mb: float | None, hook: str) -> Candidate:
+    """The setting a run used: train.py's --bucket-cap-mb (None: DDP's default) and its hook."""
+    return default_candidate(hook) if bucket_cap_mb is None else cap_candidate(bucket_cap_mb, hook)
+
+
+@dataclass(frozen=True)
+class ModelBucket:
+    """One bucket of the model: its parameters (in ready order) and when its last gradient is ready."""
+
+    params: tuple[ParamReady, ...]
+
+    @property
+    def numel(self) -> int:
+        return sum(p.numel for p in self.params)
+
+    @property
+    def grad_bytes(self) -> int:
+        return sum(p.numel * p.itemsize for p in self.params)
+
+    @property
+    def ready_ms(self) -> float:
+        return max(p.ready_ms for p in self.params)
+
+
+def assign_buckets(order: list[ParamReady], limits_bytes: tuple[int, ...]) -> list[ModelBucket]:
+    """DDP's buckets for parameters ready in `order`, from torch's own assignment function."""
+    import torch
+    import torch.distributed as dist
+
+    dtypes = {1: torch.uint8, 2: torch.float16, 4: torch.float32, 8: torch.float64}
+    tensors = [torch.empty(p.numel, dtype=dtypes.get(p.itemsize, torch.float32), device="meta") for p in order]
+    groups, _ = dist._compute_bucket_assignment_by_size(tensors, list(limits_bytes), [], list(range(len(order))))
+    return [ModelBucket(tuple(order[i] for i in group)) for group in groups]
+
+
+@dataclass
+class StepInputs:
+    """What the model takes from the measured run, besides the network."""
+
+    timeline: BackwardTimeline
+    compute_only_ms: float
+    other_ms: float
+    codec: dict[str, CodecCost] = field(default_factory=dict)
+    kappa: float = 0.0
+    residual_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class BucketTiming:
+    bytes: int
+    numel: int
+    ready_ms: float
+    start_ms: float
+    end_ms: float
+    comm_ms: float
+    codec_ms: float
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    candidate: Candidate
+    world_size: int
+    buckets: tuple[BucketTiming, ...]
+    step_ms: float
+    fwd_bwd_ms: float
+    exposed_ms: float
+    tail_ms: float
+    hidden_ms: float
+    comm_ms: float
+    codec_ms: float
+
+
+def wire_itemsize(param: ParamReady, hook: str) -> int:
+    return COMPRESSED_ITEMSIZE.get(hook, param.itemsize)
+
+
+def simulate(
+    buckets: list[ModelBucket], candidate: Candidate, network: Network, world_size: int, inputs: StepInputs
+) -> StepPrediction:
+    """The step of FORMULAS for these buckets, with inputs.kappa and inputs.residual_ms as they stand."""
+    timeline, hook = inputs.timeline, candidate.hook
+    codec = inputs.codec.get(hook)
+    forward = timeline.forward_ms
+    compress_total = previous_launch = 0.0
+    chain_end = -math.inf
+    rows = []
+    for bucket in buckets:
+        size = sum(p.numel * wire_itemsize(p, hook) for p in bucket.params)
+        codec_ms = codec.ms(bucket.numel) if codec is not None else 0.0
+        compress_total += codec_ms / 2
+        launch = max(forward + bucket.ready_ms + compress_total, previous_launch)
+        comm = network.all_reduce_us(size, world_size) / 1e3
+        start = max(launch, chain_end)
+        chain_end = start + comm + codec_ms / 2
+        previous_launch = launch
+        rows.append(BucketTiming(size, bucket.numel, bucket.ready_ms, start, chain_end, comm, codec_ms))
+    backward_end = forward + timeline.backward_ms + compress_total
+    tail = max(0.0, chain_end - backward_end) if rows else 0.0
+    hidden = sum(max(0.0, min(r.end_ms, backward_end) - r.start_ms) for r in rows)
+    fwd_bwd = inputs.compute_only_ms + compress_total + inputs.kappa * hidden + tail + inputs.residual_ms
+    return StepPrediction(
+        candidate=candidate,
+        world_size=world_size,
+        buckets=tuple(rows),
+        step_ms=fwd_bwd + inputs.other_ms,
+        fwd_bwd_ms=fwd_bwd,
+        exposed_ms=fwd_bwd - inputs.compute_only_ms,
+        tail_ms=tail,
+        hidden_ms=hidden,
+        comm_ms=sum(r.comm_ms for r in rows),
+        codec_ms=sum(r.codec_ms for r in rows),
+    )
+
+
+def predict_candidate(candidate: Candidate, network: Network, world_size: int, inputs: StepInputs) -> StepPrediction:
+    buckets = assign_buckets(inputs.timeline.ready_order(), candidate.limits_bytes)
+    return simulate(buckets, candidate, network, world_size, inputs)
+
+
+def anchor(inputs: StepInputs, run_setting: Candidate, network: Network, world_size: int, measured_fwd_bwd_ms: float):
+    """Fit κ (and the residual κ cannot carry) so that the run's own setting predicts its measured forward +
+    backward; sets them on `inputs` and returns the prediction of the run's setting."""
+    inputs.kappa, inputs.residual_ms = 0.0, 0.0
+    bare = predict_candidate(run_setting, network, world_size, inputs)
+    excess = measured_fwd_bwd_ms - bare.fwd_bwd_ms
+    if bare.hidden_ms > 0:
+        inputs.kappa = min(MAX_KAPPA, max(0.0, excess / bare.hidden_ms))
+    inputs.residual_ms = excess - inputs.kappa * bare.hidden_ms
+    return predict_candidate(run_setting, network, world_size, inputs)
+
+
+def best_list(hook: str, network: Network, world_size: int, inputs: StepInputs) -> Candidate:
+    """The per-bucket size list that the model predicts fastest, searched over where buckets split the ready order.
+
+    A prefix of the ready order, split into buckets, leaves two things that matter later: when its last
+    collective ends (later buckets queue behind it, and what runs past backward is exposed) and the cost of its
+    communication that ran under backward (κ per ms). Dynamic programming keeps, for each prefix, the splits
+    that no other split beats on both (a Pareto front, at most PARETO_POINTS of them), and extends each by one
+    more bucket. The cast of the compress hooks is left out of the search (it hardly depends on the split) and
+    the chosen list is then predicted with the whole model. Each limit is its bucket's own gradient bytes: a
+    bucket closes once it reaches its limit, so torch's assignment rebuilds exactly these buckets.
+    """
+    order = inputs.timeline.ready_order()
+    groups = _coarsen(order, MAX_LIST_GROUPS)
+    codec = inputs.codec.get(hook)
+    forward = inputs.timeline.forward_ms
+    backward_end = forward + inputs.timeline.backward_ms
+    ready = [forward + g[-1].ready_ms for g in groups]
+    wire = _prefix([sum(p.numel * wire_itemsize(p, hook) for p in g) for g in groups])
+    numel = _prefix([sum(p.numel for p in g) for g in groups])
+    # fronts[j]: (chain end, cost so far, split point i, index into fronts[i]) for the first j groups.
+    fronts: list[list[tuple[float, float, int, int]]] = [[(-math.inf, 0.0, -1, -1)]]
+    for j in range(1, len(groups) + 1):
+        options = []
+        for i in range(j):
+            size, elements = wire[j] - wire[i], numel[j] - numel[i]
+            duration = network.all_reduce_us(size, world_size) / 1e3 + (codec.ms(elements) if codec else 0.0)
+            for k, (end, cost, _, _) in enumerate(fronts[i]):
+                start = max(ready[j - 1], end)
+                hidden = max(0.0, min(start + duration, backward_end) - start)
+                options.append((start + duration, cost + inputs.kappa * hidden, i, k))
+        fronts.append(_pareto(options))
+    # The whole step: what is hidden costs κ per ms, what runs past backward is exposed.
+    last = min(fronts[-1], key=lambda o: o[1] + max(0.0, o[0] - backward_end))
+    bounds, j, point = [], len(groups), last
+    while j > 0:
+        _, _, i, k = point
+        bounds.append((i, j))
+        j, point = i, fronts[i][k]
+    limits = [sum(p.numel * p.itemsize for g in groups[i:j] for p in g) for i, j in reversed(bounds)]
+    return Candidate(tuple(limits), hook, "list")
+
+
+def _pareto(options: list[tuple[float, float, int, int]]) -> list[tuple[float, float, int, int]]:
+    """The options that no other beats on both end and cost, at most PARETO_POINTS of them, spread by end."""
+    front, best_cost = [], math.inf
+    for option in sorted(options):
+        if option[1] < best_cost:
+            front.append(option)
+            best_cost = option[1]
+    if len(front) > PARETO_POINTS:
+        step = (len(front) - 1) / (PARETO_POINTS - 1)
+        front = [front[round(n * step)] for n in range(PARETO_POINTS)]
+    return front
+
+
+def _coarsen(order: list[ParamReady], most: int) -> list[list[ParamReady]]:
+    """`order` in at most `most` runs of consecutive parameters (one parameter each when it is short enough)."""
+    per = max(1, math.ceil(len(order) / most))
+    return [order[i : i + per] for i in range(0, len(order), per)]
+
+
+def _prefix(values: list[int]) -> list[int]:
+    sums = [0]
+    for value in values:
+        sums.append(sums[-1] + value)
+    return sums
