@@ -32,13 +32,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.backward_timeline import read_timeline
 from harness.analysis.bucket_layout import PlannedBucket, layout_from_summary, model_bucket_layout
 from harness.analysis.checked import BadFile, check_outputs, write_output
 from harness.analysis.prediction import (
     ALPHA_SCALINGS,
+    ASSUMED_READY,
     DEFAULT_BACKWARD_SHARE,
     FORMULAS,
     HOOKS,
+    MEASURED_READY,
     Network,
     add_efficiency,
     check_fit_range,
@@ -210,7 +213,8 @@ def predict_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if compute_ms is None and is_finite(run.get("compute_only_ms")):
         compute_ms, compute_source = run["compute_only_ms"], f"the run's compute-only step ({args.run})"
     other_ms = other_ms_of_run(run)  # the optimizer and the rest of a step; 0 without a run
-    result = predict(buckets, network, world_size, hook, compute_ms, other_ms, args.backward_share)
+    ready_ms, ready_note = measured_ready(summary, args.run, buckets) if summary else (None, "")
+    result = predict(buckets, network, world_size, hook, compute_ms, other_ms, args.backward_share, ready_ms)
     result.update(model=model, layout=layout, compute_source=compute_source if compute_ms is not None else None)
     if summary is not None and run_hook in HOOKS:
         # Efficiency compares like with like: the run's own world size and hook, whatever is predicted above.
@@ -218,15 +222,39 @@ def predict_from_args(args: argparse.Namespace) -> dict[str, Any]:
             add_efficiency(result, summary)
         else:
             result["efficiency"] = predict(
-                buckets, network, run_world, run_hook, compute_ms, other_ms, args.backward_share
+                buckets, network, run_world, run_hook, compute_ms, other_ms, args.backward_share, ready_ms
             )
             add_efficiency(result["efficiency"], summary)
         result["run"] = args.run
     sizes = [b["bytes"] for r in (result, result.get("efficiency") or {"buckets": []}) for b in r["buckets"]]
     warning = check_fit_range(network, sizes, args.extrapolate, args.sweep)
     result["warnings"] = [warning] if warning else []
-    result["formulas"] = list(FORMULAS)
+    formulas = list(FORMULAS)
+    if ready_ms is not None:
+        formulas[formulas.index(ASSUMED_READY)] = MEASURED_READY
+    result["formulas"] = formulas
+    result["ready_times"] = ready_note or "assumed in proportion to bytes over backward (no --run with a timeline)"
     return result
+
+
+def measured_ready(summary: dict[str, Any], run: str, buckets: list[PlannedBucket]) -> tuple[list[float] | None, str]:
+    """Each of the run's buckets' ready time from the start of forward, from its measured backward timeline
+    (the buckets rebuilt from the timeline must be the run's own), and a line saying where they came from."""
+    from harness.analysis.step_model import assign_buckets, run_candidate
+
+    timeline = read_timeline(summary, f"{run}/{SUMMARY_FILE}")
+    if timeline is None:
+        return None, "assumed in proportion to bytes over backward: the run has no backward timeline"
+    setting = run_candidate(summary["settings"].get("bucket_cap_mb"), "allreduce")
+    rebuilt = assign_buckets(timeline.ready_order(), setting.limits_bytes)
+    if [b.numel for b in rebuilt] != [b.numel for b in buckets]:
+        return None, (
+            "assumed in proportion to bytes over backward: the buckets rebuilt from the run's timeline differ from "
+            "its measured ones"
+        )
+    ready = [timeline.forward_ms + b.ready_ms for b in rebuilt]
+    source = f"{timeline.samples} calibration steps, {timeline.time_source}"
+    return ready, f"measured: the run's backward timeline ({source})"
 
 
 def main(argv: list[str] | None = None) -> int:

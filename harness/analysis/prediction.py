@@ -32,14 +32,21 @@ COMPRESSED_ITEMSIZE = {"fp16": 2, "bf16": 2}
 # Backward costs about twice the forward (two matmuls per forward matmul), so 2/3 of forward + backward.
 DEFAULT_BACKWARD_SHARE = 2 / 3
 
+ASSUMED_READY = (
+    "r_i = F + B × (S_0 + … + S_i) / Σ S   (bucket i ready, ASSUMED: gradients arrive in proportion to bytes over"
+    " backward; F = (1−b)·C forward, B = b·C backward, C = compute-only forward + backward)"
+)
+MEASURED_READY = (
+    "r_i = F + max ready time of bucket i's gradients   (MEASURED: the run's backward timeline, its calibration"
+    " steps; F its forward)"
+)
 FORMULAS = (
     "S_i = numel_i × bytes per element on the wire (4 for fp32 gradients, 2 with the fp16/bf16 hooks)",
     "t_i = α(n) + S_i × 2(n−1)/n / B_bus   (ring all_reduce: each rank sends and receives 2(n−1)/n × S)",
     "B_bus = β_sweep × 2(n_s−1)/n_s   (the sweep fits t = α + S/β at its world size n_s: β is algbw there)",
     "α(n) = α   (--alpha-scaling constant)   or   α × (n−1)/(n_s−1)   (ring: 2(n−1) hops, each α/(2(n_s−1)))",
     "comm = Σ t_i   (buckets are reduced one after another, in index order)",
-    "r_i = F + B × (S_0 + … + S_i) / Σ S   (bucket i ready: gradients arrive in proportion to bytes over backward;"
-    " F = (1−b)·C forward, B = b·C backward, C = compute-only forward + backward)",
+    ASSUMED_READY,
     "start_i = max(r_i, end_{i−1}),  end_i = start_i + t_i,  exposed = max(0, end_last − C)",
     "step = C + exposed + other   (other: the rest of the step, the optimizer; from --run, else 0)",
     "efficiency = measured / predicted   (1.0: training reaches what the sweep's network predicts; above: slower)",
@@ -172,19 +179,24 @@ def wire_bytes(bucket: PlannedBucket, hook: str) -> int:
 
 
 def overlap_timeline(
-    times_ms: list[float], sizes: list[int], compute_ms: float, backward_share: float
+    times_ms: list[float],
+    sizes: list[int],
+    compute_ms: float,
+    backward_share: float,
+    ready_ms: list[float] | None = None,
 ) -> tuple[list[float], list[float], float]:
     """(ready, end) of each bucket and the exposed ms, with time 0 at the start of forward.
 
-    PlannedBucket i is ready once backward has produced its share of the bytes (r_i), starts when it is ready
-    and the previous bucket is done, and what ends after backward (at compute_ms) is exposed.
+    PlannedBucket i is ready at `ready_ms[i]` where the run measured it, else (ASSUMED_READY) once backward has
+    produced its share of the bytes; it starts when it is ready and the previous bucket is done, and what ends
+    after backward (at compute_ms) is exposed.
     """
     total = sum(sizes) or 1
     forward_ms, backward_ms = (1 - backward_share) * compute_ms, backward_share * compute_ms
     ready, ends, done, cumulative = [], [], 0.0, 0
-    for t, size in zip(times_ms, sizes, strict=True):
+    for i, (t, size) in enumerate(zip(times_ms, sizes, strict=True)):
         cumulative += size
-        r = forward_ms + backward_ms * cumulative / total
+        r = ready_ms[i] if ready_ms is not None else forward_ms + backward_ms * cumulative / total
         done = max(r, done) + t
         ready.append(r)
         ends.append(done)
@@ -199,8 +211,10 @@ def predict(
     compute_ms: float | None = None,
     other_ms: float = 0.0,
     backward_share: float = DEFAULT_BACKWARD_SHARE,
+    ready_ms: list[float] | None = None,
 ) -> dict[str, Any]:
-    """Per-bucket and per-step predicted communication; exposure too when the compute time is known."""
+    """Per-bucket and per-step predicted communication; exposure too when the compute time is known, with each
+    bucket's measured ready time (from the start of forward) where `ready_ms` gives them."""
     sizes = [wire_bytes(b, hook) for b in buckets]
     times_ms = [network.all_reduce_us(s, world_size) / 1e3 for s in sizes]
     comm_ms = sum(times_ms)
@@ -210,7 +224,7 @@ def predict(
     ]
     totals: dict[str, Any] = {"bytes_per_step": sum(sizes), "buckets": len(buckets), "comm_ms": comm_ms}
     if compute_ms is not None:
-        ready, ends, exposed = overlap_timeline(times_ms, sizes, compute_ms, backward_share)
+        ready, ends, exposed = overlap_timeline(times_ms, sizes, compute_ms, backward_share, ready_ms)
         for row, r, e in zip(rows, ready, ends, strict=True):
             row["ready_ms"], row["end_ms"] = r, e
         step_ms = compute_ms + exposed + other_ms

@@ -38,6 +38,8 @@ def format_report(result: dict[str, Any]) -> str:
             f"# fit: measured over {net['fit_min_size_bytes']:,} to {net['fit_max_size_bytes']:,} bytes, "
             f"its largest relative error there {_pct(error)} (max_rel_error)"
         )
+    if result.get("ready_times"):
+        lines.append(f"# bucket ready times: {result['ready_times']}")
     lines += [f"# warning: {w}" for w in result.get("warnings", [])]
     lines += _bucket_table(result)
     fit_error = f"; the fit's own error is up to {_pct(error)}" if error is not None else ""
@@ -46,11 +48,13 @@ def format_report(result: dict[str, Any]) -> str:
         f" (sum of the buckets' times{fit_error})"
     )
     if "exposed_ms" in t:
+        measured_ready = str(result.get("ready_times", "")).startswith("measured")
+        share = "" if measured_ready else f"backward share {t['backward_share']:.2f} (assumed), "
         lines.append(
             f"# predicted exposed {t['exposed_ms']:.3f} ms of a {t['step_ms']:.3f} ms step "
             f"({100 * t['exposed_share_of_step']:.1f} %; overlap {_fmt(t['overlap_pct'], '.1f')} %); compute-only "
-            f"forward+backward {t['compute_ms']:.3f} ms from {result['compute_source']}, backward share "
-            f"{t['backward_share']:.2f}, other {t['other_ms']:.3f} ms"
+            f"forward+backward {t['compute_ms']:.3f} ms from {result['compute_source']}, {share}"
+            f"other {t['other_ms']:.3f} ms"
         )
     else:
         lines.append("# exposure not predicted: give --compute-ms (forward + backward without communication) or --run")
