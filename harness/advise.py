@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.advice import ADVISOR_HOOKS, Advice, advise, describe, same_buckets
+from harness.analysis.advice import ADVISOR_HOOKS, Advice, advise, describe, same_buckets, step_inputs
 from harness.analysis.advice_report import advice_json, format_advice, train_flags
 from harness.analysis.checked import BadFile, check_outputs, write_output
 from harness.analysis.prediction import ALPHA_SCALINGS, Network, network_from_run, network_from_sweep
@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     hooks, caps = check_args(args)
     summary = load_summary(args.run)
+    step_inputs(summary, args.run)  # a run without a timeline is refused before any talk of networks
     network, sweep = resolve_network(args, summary)
     advice = advise(summary, args.run, network, args.world_size, hooks, caps)
     model = summary["settings"].get("model") or "?"

@@ -1,0 +1,191 @@
+"""How far the advisor's predicted step is from measured training, over bucket caps and hooks, and across world sizes.
+
+    python -m bench.advisor_validation --model resnet50 --nproc 2 --image-size 64
+    python -m bench.advisor_validation --model gpt_tiny --nproc 4 --extrapolate ""
+    python -m bench.advisor_validation --model resnet50 --nproc 2 --image-size 64 --caps 25 --hooks allreduce \
+        --repeat 1 --extrapolate 3,4                        # world sizes only
+
+One train.py run at DDP's default cap with the allreduce hook is the only input: `python -m harness.advise
+--run` predicts every setting of --caps × --hooks from it (and, with --extrapolate, the run's own setting at
+other world sizes). Then every setting is run --repeat times, interleaved (harness.grid's schedule: every
+other pass reversed), each run's step p50 taken, and the median compared with the prediction:
+error = predicted / measured − 1. It prints a Markdown table and the verdicts the issue asks for: the median
+and worst |error|, and whether the recommended setting is the measured best or within the measured spread
+of it (its fastest run no slower than the best setting's slowest). `--two-hosts RATE` runs every train.py on
+two network-namespace hosts joined by a tbf-shaped veth link of RATE Mbit/s, one rank each (root only).
+
+Measured figures, with their dates and machine: docs/BENCHMARKS.md, "Issue 13: validation".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness import grid
+from harness.advise import config_of, measured_steps
+from harness.analysis.step_model import cap_candidate, default_candidate
+from harness.common.dist_env import NVLS_OFF_ENV
+from harness.common.failures import SignalLatch
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = "base"
+
+
+def workload_args(args: argparse.Namespace) -> list[str]:
+    extra = ["--max-steps", str(args.max_steps), "--no-progress-bar"]
+    extra += ["--calibration-every", str(args.calibration_every)]
+    if args.image_size:
+        extra += ["--image-size", str(args.image_size)]
+    if args.batch_size:
+        extra += ["--batch-size", str(args.batch_size)]
+    return extra
+
+
+def run_base(args: argparse.Namespace, out: Path) -> Path:
+    """The one measured run everything is predicted from: default cap, allreduce."""
+    logdir = out / "base"
+    schedule = [(1, {"--comm-hook": "allreduce"})]
+    train = ["--devices", str(args.nproc), *workload_args(args)]
+    run_schedule(args, schedule, logdir, train)
+    found = sorted(logdir.glob("*/*/summary.json"))
+    if not found:
+        sys.exit(f"the base run left no summary.json under {logdir} (see {logdir}/logs)")
+    return found[-1].parent
+
+
+def run_schedule(args: argparse.Namespace, schedule: list, logdir: Path, train: list[str]) -> None:
+    grid.prepare_logdir(logdir)
+    if args.two_hosts:
+        from tests.two_host_train import run_schedule_on_two_hosts
+
+        run_schedule_on_two_hosts(schedule, args.model, logdir, train, args.two_hosts)
+    else:
+        grid.run_schedule(schedule, args.model, logdir, [], train, SignalLatch().install())
+
+
+def advise_json(run_dir: Path, out: Path, extra: list[str]) -> dict[str, Any]:
+    path = out / f"advise{'-'.join(extra).replace('-', '_')}.json"
+    cmd = [sys.executable, "-m", "harness.advise", "--run", str(run_dir), "--json", str(path), *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **NVLS_OFF_ENV})
+    if proc.returncode != 0:
+        sys.exit(f"advise failed: {proc.stderr.strip()}")
+    (out / f"{path.stem}.txt").write_text(proc.stdout)
+    return json.loads(path.read_text())
+
+
+def row_key(row: dict[str, Any]) -> tuple[Any, str]:
+    return (row["bucket_cap_mb"] if row["kind"] != "default" else "default", row["hook"])
+
+
+def validate_grid(args: argparse.Namespace, out: Path, base: Path, caps: list[float], hooks: list[str]) -> list[str]:
+    advice = advise_json(base, out, ["--caps", ",".join(f"{c:g}" for c in caps), "--hooks", ",".join(hooks)])
+    predicted = {row_key(r): r["predicted_step_ms"] for r in advice["rows"] if r["kind"] != "list"}
+    candidates = [default_candidate(h) for h in hooks] + [cap_candidate(c, h) for c in caps for h in hooks]
+    configs = [config_of(c) for c in candidates]
+    logdir = out / "grid"
+    train = ["--devices", str(args.nproc), *workload_args(args)]
+    run_schedule(args, grid.run_order(configs, args.repeat), logdir, train)
+    steps = measured_steps(logdir)
+    lines = [
+        f"| setting | predicted ms | measured ms (median of {args.repeat}) | runs | error |",
+        "|---|---:|---:|---|---:|",
+    ]
+    errors, measured_median = [], {}
+    for cand, config in zip(candidates, configs, strict=True):
+        key = ("default" if cand.kind == "default" else cand.bucket_cap_mb, cand.hook)
+        runs = steps.get(grid.run_name(args.model, config), [])
+        pred = predicted.get(key)
+        if not runs or pred is None:
+            lines.append(f"| {cand.label}, {cand.hook} | {pred} | no run | | |")
+            continue
+        median = statistics.median(runs)
+        measured_median[key] = (median, runs)
+        error = pred / median - 1
+        errors.append(abs(error))
+        lines.append(
+            f"| {cand.label}, {cand.hook} | {pred:.1f} | {median:.1f} | {', '.join(f'{r:.1f}' for r in runs)} | "
+            f"{100 * error:+.1f} % |"
+        )
+    rec = advice["recommendation"]
+    rec_key = row_key(rec) if rec["kind"] != "list" else None
+    if rec_key is None:
+        fixed = [r for r in advice["rows"] if r["kind"] != "list"]
+        rec_key = row_key(fixed[0])
+    best_key = min(measured_median, key=lambda k: measured_median[k][0])
+    rec_runs = measured_median.get(rec_key, (float("nan"), []))[1]
+    best_runs = measured_median[best_key][1]
+    within = bool(rec_runs) and (rec_key == best_key or min(rec_runs) <= max(best_runs))
+    lines += [
+        "",
+        f"- median |error| {100 * statistics.median(errors):.1f} %, worst {100 * max(errors):.1f} % over "
+        f"{len(errors)} settings (the base setting, default cap + allreduce, is anchored: its error is the noise "
+        "between the base run and its repeats)",
+        f"- recommended: {rec_key}; measured best: {best_key} (median {measured_median[best_key][0]:.1f} ms); "
+        f"recommended {'is the measured best or within its spread' if within else 'is NOT within the best spread'}",
+        f"- advisor: κ = {advice['kappa']:.3f}, residual {advice['residual_ms']:.1f} ms, network "
+        f"{advice['network']['source']}, α {advice['network']['alpha_us']:.0f} µs, "
+        f"B_bus {advice['network']['busbw_gbps']:.3g} GB/s; {advice['layout_check']}",
+    ]
+    return lines
+
+
+def validate_world_sizes(args: argparse.Namespace, out: Path, base: Path, sizes: list[int]) -> list[str]:
+    lines = ["| world size | predicted ms | measured ms | runs | error |", "|---:|---:|---:|---|---:|"]
+    for n in sizes:
+        advice = advise_json(base, out, ["--world-size", str(n), "--caps", "25", "--hooks", "allreduce"])
+        pred = advice["current"]["predicted_step_ms"]
+        logdir = out / f"world{n}"
+        schedule = [(r, {"--comm-hook": "allreduce"}) for r in range(1, args.repeat + 1)]
+        run_schedule(args, schedule, logdir, ["--devices", str(n), *workload_args(args)])
+        runs = [s for v in measured_steps(logdir).values() for s in v]
+        if not runs:
+            lines.append(f"| {n} | {pred:.1f} | no run | | |")
+            continue
+        median = statistics.median(runs)
+        listed = ", ".join(f"{r:.1f}" for r in runs)
+        lines.append(f"| {n} | {pred:.1f} | {median:.1f} | {listed} | {100 * (pred / median - 1):+.1f} % |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--nproc", type=int, default=2, help="ranks of the base run and the grid")
+    parser.add_argument("--image-size", type=int)
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--max-steps", type=int, default=30)
+    parser.add_argument("--calibration-every", type=int, default=10, help="more compute-only samples than the default")
+    parser.add_argument("--caps", default="1,5,25,100")
+    parser.add_argument("--hooks", default="allreduce,fp16")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--extrapolate", default="", help="world sizes to predict from the base run, e.g. 3,4")
+    parser.add_argument("--two-hosts", type=float, default=0, metavar="RATE", help="two netns hosts, link Mbit/s")
+    parser.add_argument("--out", default="bench-out/advisor")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    base = run_base(args, out)
+    where = f"2 namespace hosts, tbf {args.two_hosts:g} Mbit/s" if args.two_hosts else f"{args.nproc} ranks, loopback"
+    report = [f"### {args.model}, {where}, base run {base}", ""]
+    caps = [float(c) for c in args.caps.split(",") if c]
+    hooks = [h for h in args.hooks.split(",") if h]
+    if caps and hooks and args.repeat > 0:
+        report += validate_grid(args, out, base, caps, hooks)
+    sizes = [int(n) for n in args.extrapolate.split(",") if n]
+    if sizes:
+        report += ["", f"World sizes predicted from the {args.nproc}-rank base run:", ""]
+        report += validate_world_sizes(args, out, base, sizes)
+    text = "\n".join(report)
+    (out / "report.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

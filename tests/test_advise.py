@@ -1,0 +1,172 @@
+"""The advisor's parts, on timelines whose answers are worked out by hand, and its command line's mistakes.
+
+The answers that need a real run (buckets rebuilt from a measured timeline against DDP's own, a known best cap
+on a shaped link, --verify end to end) are in tests/test_backward_timeline.py, test_advise_known_answer.py and
+test_advise_run.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.analysis.backward_timeline import BackwardTimeline, ParamReady
+from harness.analysis.bucket_layout import model_bucket_layout
+from harness.analysis.prediction import Network, network_from_run
+from harness.analysis.step_model import (
+    ADVISOR_CAPS_MB,
+    StepInputs,
+    best_list,
+    cap_candidate,
+    default_candidate,
+    predict_candidate,
+)
+from harness.analysis.verification import permutation_p
+from harness.common.names import MIB
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def reverse_order_timeline(model: str) -> BackwardTimeline:
+    """A timeline in which gradients are ready in reverse registration order, 1 ms apart."""
+    import torch
+
+    from models import get_model_spec
+
+    with torch.device("meta"):
+        module = get_model_spec(model).build()
+    named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    count = len(named)
+    params = tuple(
+        ParamReady(i, n, p.numel(), p.element_size(), float(count - 1 - i)) for i, (n, p) in enumerate(named)
+    )
+    return BackwardTimeline(params, forward_ms=10.0, backward_ms=float(count - 1), samples=3, time_source="test")
+
+
+@pytest.mark.parametrize("cap", [None, 1.0, 5.0, 100.0])
+def test_buckets_rebuilt_from_a_reverse_timeline_are_ddps_rule(cap):
+    """In reverse registration order the rebuilt buckets are the ones harness.predict's DDP rule gives, which
+    tests/test_predict.py checks against DDP's own rebuilt bucket sizes."""
+    timeline = reverse_order_timeline("resnet50")
+    inputs = StepInputs(timeline, compute_only_ms=100.0, other_ms=0.0)
+    network = Network(10.0, 10.0, 2)
+    setting = default_candidate("allreduce") if cap is None else cap_candidate(cap, "allreduce")
+    predicted = predict_candidate(setting, network, 2, inputs)
+    assert [b.numel for b in predicted.buckets] == [b.numel for b in model_bucket_layout("resnet50", cap)]
+
+
+def three_mib_timeline() -> StepInputs:
+    """Three 1 MiB fp32 parameters ready 10, 20 and 30 ms into backward; forward takes 0 ms."""
+    n = MIB // 4
+    params = tuple(ParamReady(i, f"p{i}", n, 4, 10.0 * (3 - i)) for i in range(3))
+    return StepInputs(BackwardTimeline(params, 0.0, 30.0, 3, "test"), compute_only_ms=30.0, other_ms=2.0)
+
+
+# One 1 MiB bucket's all_reduce at 2 ranks takes 5 ms: 2(n−1)/n = 1, so B_bus = 1 MiB / 5 ms.
+FIVE_MS_PER_MIB = Network(alpha_us=0.0, busbw_gbps=MIB / 5e-3 / 1e9, ref_world_size=2)
+
+
+@pytest.mark.parametrize(
+    ("cap_mb", "buckets", "tail_ms"),
+    [
+        (1, 3, 5.0),  # each parameter its own bucket: 10–15, 20–25, 30–35; backward ends at 30
+        (2, 2, 5.0),  # {p2, p1} ready at 20: 20–30; {p0} at 30: 30–35
+        (3, 1, 15.0),  # everything in one bucket, ready at 30: 30–45
+    ],
+)
+def test_exposed_tail_worked_out_by_hand(cap_mb, buckets, tail_ms):
+    inputs = three_mib_timeline()
+    step = predict_candidate(cap_candidate(cap_mb, "allreduce"), FIVE_MS_PER_MIB, 2, inputs)
+    assert len(step.buckets) == buckets
+    assert step.tail_ms == pytest.approx(tail_ms)
+    assert step.step_ms == pytest.approx(30.0 + tail_ms + 2.0)  # C + tail + other (κ = 0)
+    # With fp16 each bucket sends half: 2.5 ms per MiB of gradients (no codec probe: no cast cost).
+    half = predict_candidate(cap_candidate(cap_mb, "fp16"), FIVE_MS_PER_MIB, 2, inputs)
+    assert half.tail_ms == pytest.approx(tail_ms / 2)
+
+
+def test_hidden_communication_costs_kappa():
+    """κ = 1: every ms of communication under backward costs a ms; the 1 MiB cap hides 10 ms (two buckets)."""
+    inputs = three_mib_timeline()
+    inputs.kappa = 1.0
+    step = predict_candidate(cap_candidate(1, "allreduce"), FIVE_MS_PER_MIB, 2, inputs)
+    assert step.hidden_ms == pytest.approx(10.0)
+    assert step.exposed_ms == pytest.approx(15.0)
+
+
+@pytest.mark.parametrize("kappa", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("alpha_us", [0.0, 3000.0])
+def test_best_list_is_no_slower_than_any_cap(kappa, alpha_us):
+    timeline = reverse_order_timeline("resnet18")
+    inputs = StepInputs(timeline, compute_only_ms=timeline.backward_ms + 10, other_ms=1.0, kappa=kappa)
+    network = Network(alpha_us, 0.5, 2)
+    for hook in ("allreduce", "fp16"):
+        listed = predict_candidate(best_list(hook, network, 2, inputs), network, 2, inputs)
+        caps = [predict_candidate(cap_candidate(c, hook), network, 2, inputs) for c in ADVISOR_CAPS_MB]
+        caps.append(predict_candidate(default_candidate(hook), network, 2, inputs))
+        assert listed.step_ms <= min(c.step_ms for c in caps) + 1e-9
+
+
+def test_inrun_fit_recovers_alpha_and_bus_bandwidth():
+    """Bucket times made by α = 500 µs and 4 GB/s of bus bandwidth at 4 ranks (2(n−1)/n = 1.5)."""
+    sizes = [1_000_000, 8_000_000, 26_000_000]
+    buckets = [
+        {"index": i, "bytes": s, "numel": s // 4, "time_ms_p50": (500 + s * 1.5 / 4e3) / 1e3, "time_source": "x"}
+        for i, s in enumerate(sizes)
+    ]
+    network = network_from_run({"world_size": 4, "buckets": buckets}, "run")
+    assert network.alpha_us == pytest.approx(500, rel=1e-6)
+    assert network.busbw_gbps == pytest.approx(4.0, rel=1e-6)
+    assert network_from_run({"world_size": 1, "buckets": buckets}, "run") is None
+    assert network_from_run({"world_size": 2, "buckets": buckets[:1]}, "run") is None
+
+
+def test_permutation_p():
+    assert permutation_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(1 / 20)
+    assert permutation_p([4.0, 5.0, 6.0], [1.0, 2.0, 3.0]) == pytest.approx(1.0)
+    assert permutation_p([1.0, 5.0, 3.0], [2.0, 4.0, 6.0]) > 0.05
+
+
+def summary_without_timeline(world_size: int = 2) -> dict:
+    return {
+        "completed": True,
+        "world_size": world_size,
+        "settings": {"model": "resnet_tiny", "comm_hook": "allreduce", "bucket_cap_mb": None},
+        "totals": {"step_ms_p50": 10.0, "fwd_bwd_ms_p50": 8.0, "compute_only_ms": 6.0},
+        "buckets": [{"index": 0, "numel": 10, "bytes": 40, "time_ms_p50": 1.0}],
+    }
+
+
+def advise_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.advise", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    ("summary", "args", "message"),
+    [
+        (summary_without_timeline(), [], "has no backward timeline"),
+        (summary_without_timeline(), ["--hooks", "powersgd"], "PowerSGD is not modelled"),
+        (summary_without_timeline(), ["--caps", "1,x"], "expected comma-separated numbers"),
+        (summary_without_timeline(), ["--caps", "0"], "positive"),
+        (summary_without_timeline(), ["--verify", "-1"], "--verify must be >= 0"),
+        (summary_without_timeline(), ["--network", "sweep"], "--network sweep needs --sweep"),
+        (summary_without_timeline(), ["--world-size", "0"], "--world-size must be at least 1"),
+    ],
+)
+def test_mistakes_are_one_line(tmp_path, summary, args, message):
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    proc = advise_cli("--run", str(tmp_path), *args)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("python -m harness.advise: error: ")
+    assert message in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_a_run_directory_without_summary_is_one_line(tmp_path):
+    proc = advise_cli("--run", str(tmp_path))
+    assert proc.returncode == 2 and "has no summary.json" in proc.stderr and proc.stderr.count("\n") == 1
