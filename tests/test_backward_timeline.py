@@ -146,7 +146,8 @@ def recorder_for(module: torch.nn.Module, device: str) -> GradReadyRecorder:
 def train_step(module: torch.nn.Module, recorder: GradReadyRecorder | None, step: int, device: str) -> None:
     x = torch.randn(4, 8, device=device)
     if recorder is not None:
-        recorder.forward_start(step)
+        recorder.begin(step)
+        recorder.forward_start()
     loss = module(x).sum()
     if recorder is not None:
         recorder.backward_start()
@@ -177,16 +178,30 @@ def test_known_backward_gap_is_measured(device):
 def test_hooks_only_in_recorded_steps():
     module = TwoLayers()
     recorder = recorder_for(module, "cpu")
-    recorder.forward_start(0)
-    assert all(len(p._post_accumulate_grad_hooks or {}) == 1 for p in module.parameters())
+    recorder.begin(0)
+    assert all(len(p._backward_hooks) == 1 for p in module.parameters())
+    recorder.forward_start()
     recorder.backward_start()
     module(torch.randn(4, 8)).sum().backward()
     recorder.end_backward()
-    # A measured step: no hook left on any parameter, and nothing recorded.
-    assert all(not p._post_accumulate_grad_hooks for p in module.parameters())
+    # A measured step: no hook left on any parameter (None: not even torch's wrapper), and nothing recorded.
+    assert all(p._backward_hooks is None and p._post_accumulate_grad_hooks is None for p in module.parameters())
     train_step(module, None, 1, "cpu")
     recorder.resolve(upto=1)
     assert [s.step for s in recorder.samples] == [0]
+
+
+def test_torch_drops_a_gradient_hook_but_not_a_post_accumulate_one():
+    # Why grad_ready.py uses gradient hooks: with the Python dict set to None, torch clears a gradient hook's
+    # wrapper, so a backward runs none of it; a post-accumulate hook's wrapper stays and still calls the old dict.
+    calls = []
+    gradient, post = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    gradient.register_hook(lambda grad: calls.append("gradient"))
+    post.register_post_accumulate_grad_hook(lambda param: calls.append("post"))
+    gradient._backward_hooks = None
+    post._post_accumulate_grad_hooks = None
+    (gradient.sum() + post.sum()).backward()
+    assert calls == ["post"]
 
 
 def test_codec_probe_fit_on_larger_buffers():

@@ -226,7 +226,8 @@ class CommTimingCallback(pl.Callback):
         cpu = time.thread_time()
         step = trainer.global_step
         if step == self._current_step:  # a later micro-batch of the same optimizer step (gradient accumulation)
-            self._note_forward_start(step)
+            if self.grad_ready is not None and self.state.skip_communication:
+                self.grad_ready.forward_start()
             return
         # The previous step ends here, before the harness's own work, which then lies between two steps.
         self.state.stamps.end(self._current_step)
@@ -235,16 +236,16 @@ class CommTimingCallback(pl.Callback):
         self._current_step = step
         self.phase = "step"
         self._resolve_ready(upto=step - RESOLVE_LAG_STEPS)
+        calibrating = self.calibration.is_calibration_step(step)
+        recording = self.grad_ready is not None and calibrating
+        if recording:
+            self.grad_ready.begin(step)  # the ready hooks: registered before the step's clock starts
         self._step_open = True
         self.state.begin_step(step)
-        self.state.skip_communication = self.calibration.is_calibration_step(step)
-        self._note_forward_start(step)
+        self.state.skip_communication = calibrating
+        if recording:
+            self.grad_ready.forward_start()  # last, so the forward leaves out the harness's own work
         self.cpu_s["callback"] += time.thread_time() - cpu
-
-    def _note_forward_start(self, step: int) -> None:
-        # Last, so the forward stamp leaves out the harness's own work; a later micro-batch's replaces it.
-        if self.grad_ready is not None and self.calibration.is_calibration_step(step):
-            self.grad_ready.forward_start(step)  # registers the ready hooks for this step
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any) -> None:
         if self._current_step == self.timeline_step:  # the drawn step only: no other step pays for it
