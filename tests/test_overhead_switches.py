@@ -73,6 +73,8 @@ def test_no_hook_times_steps_only_and_compare_reads_it(tmp_path):
     assert totals["steps_measured"] == STEPS - 2 and totals["calibration_steps"] == 0
     assert totals["step_ms_p50"] > 0 and totals["samples_per_s_p50"] > 0
     assert summary["buckets"] == []
+    # No calibration step, so no backward timeline; no timed hook, so no codec probe.
+    assert summary["backward_timeline"] is None and summary["codec_probe"] is None
     for key in ("comm_ms_p50", "bytes_per_step", "busbw_gbps_p50", "exposed_ms_p50"):
         assert totals[key] is None, key
     assert "--comm-hook none" in totals["exposure_verdict"] and "--comm-hook none" in proc.stdout

@@ -9,6 +9,11 @@ extra stamps are taken on that step only.
 With hook "none" (config.NO_HOOK) no hook is registered, DDP runs its built-in all_reduce, and only the steps
 are timed: summary.json has no buckets and no communication figures (null), and says why.
 
+For the advisor, calibration steps also record when each parameter's gradient is ready (grad_ready.py; measured
+steps carry no hook for it), and a run that completes with a timed hook ends, on rank 0 after its last step,
+with a probe of the fp16/bf16 codec's cost (codec_probe.py): summary.json's "backward_timeline" and
+"codec_probe".
+
 The harness's own CPU cost: the main thread's CPU time spent in this callback's per-step work and in the
 progress bar is counted (time.thread_time around each), and summary.json's "overhead_s" gives it per step over
 WindowClock's window (harness.train.trainer), beside the whole training loop's main-thread CPU per step there.
@@ -51,9 +56,11 @@ from harness.common.names import WARMUP_STEPS
 from harness.train import dashboards
 from harness.train import summary as run_summary
 from harness.train.calibration import Calibration, zero_gradients
+from harness.train.codec_probe import probe_codec
 from harness.train.config import NO_HOOK
 from harness.train.ddp_crosscheck import DDPStatsReader, compare_comm, ddp_samples_iteration, harness_comm_span_ms
 from harness.train.failure_naming import step_activity, stop_reason
+from harness.train.grad_ready import GradReadyRecorder
 from harness.train.hook import TimedHookState, make_hook_state, max_bucket_count, register_timed_hook
 from harness.train.rank_gather import RankGatherer, RankSpread
 from harness.train.stamps import BACKWARD_START, OPTIMIZER_END, ResolvedStep
@@ -61,6 +68,7 @@ from harness.train.step_log import StepLog
 from harness.train.step_stats import RunAggregate, StepStats, step_stats
 from harness.train.tb_writer import write_png, write_step
 from harness.train.timeline import TIMELINE_FILE, draw_timeline, timeline_title
+from models import trainable_parameters
 
 RESOLVE_LAG_STEPS = 2
 # The totals that --comm-hook none cannot measure (no bucket is timed): written as null, not as 0.
@@ -145,6 +153,8 @@ class CommTimingCallback(pl.Callback):
         # DDP's own sampled statistics, read at the steps it sampled, and the harness's span on those steps.
         self.ddp_reader: DDPStatsReader | None = None
         self._ddp_spans: dict[int, float] = {}
+        self.grad_ready: GradReadyRecorder | None = None  # per-parameter ready times, in calibration steps only
+        self.codec_probe: dict[str, Any] | None = None  # rank 0, at the end of a completed run with a timed hook
 
     # -- what is running ----------------------------------------------------------------------------
 
@@ -192,6 +202,8 @@ class CommTimingCallback(pl.Callback):
             if trainer.is_global_zero:
                 print(f"# {trainer.max_steps} steps leave none after warm-up and calibration: exposed time is off")
             self.calibration = Calibration(0)
+        if self.calibration.steps > 0:
+            self.grad_ready = GradReadyRecorder(ddp_model.module, self.state.param_names, self.state.stamps)
         if self.gather_every > 0 and self.world_size > 1:  # one rank has no skew to gather
             self.gatherer = RankGatherer(self.world_size)
         if trainer.is_global_zero and trainer.logger is not None:
@@ -213,8 +225,10 @@ class CommTimingCallback(pl.Callback):
     ) -> None:
         cpu = time.thread_time()
         step = trainer.global_step
-        if step == self._current_step:
-            return  # a later micro-batch of the same optimizer step (gradient accumulation)
+        if step == self._current_step:  # a later micro-batch of the same optimizer step (gradient accumulation)
+            if self.grad_ready is not None and self.state.skip_communication:
+                self.grad_ready.forward_start()
+            return
         # The previous step ends here, before the harness's own work, which then lies between two steps.
         self.state.stamps.end(self._current_step)
         if self.clock is not None and step in (self.clock.first, self.clock.last):
@@ -222,20 +236,30 @@ class CommTimingCallback(pl.Callback):
         self._current_step = step
         self.phase = "step"
         self._resolve_ready(upto=step - RESOLVE_LAG_STEPS)
+        calibrating = self.calibration.is_calibration_step(step)
+        recording = self.grad_ready is not None and calibrating
+        if recording:
+            self.grad_ready.begin(step)  # the ready hooks: registered before the step's clock starts
         self._step_open = True
         self.state.begin_step(step)
-        self.state.skip_communication = self.calibration.is_calibration_step(step)
+        self.state.skip_communication = calibrating
+        if recording:
+            self.grad_ready.forward_start()  # last, so the forward leaves out the harness's own work
         self.cpu_s["callback"] += time.thread_time() - cpu
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any) -> None:
         if self._current_step == self.timeline_step:  # the drawn step only: no other step pays for it
             self.state.stamps.mark(self._current_step, BACKWARD_START)
+        if self.grad_ready is not None and self.state.skip_communication:
+            self.grad_ready.backward_start()
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
         # Backward is over and DDP has waited for every bucket's collective: what lies between the step's
         # start and here, beyond the compute-only time, is exposed communication.
         cpu = time.thread_time()
         self.state.mark_backward_end()
+        if self.grad_ready is not None:
+            self.grad_ready.end_backward()  # removes the ready hooks: the next step carries none
         if self.ddp_reader is not None:
             self.ddp_reader.poll(self.state.step)
         if self.state.skip_communication:
@@ -261,6 +285,8 @@ class CommTimingCallback(pl.Callback):
             if step > upto:
                 break
             self._finish_step(stamps.resolve(step))
+        if self.grad_ready is not None:
+            self.grad_ready.resolve(upto)
 
     def _finish_step(self, resolved: ResolvedStep, gather: bool = True) -> None:
         calibrating = self.calibration.is_calibration_step(resolved.step)
@@ -395,8 +421,24 @@ class CommTimingCallback(pl.Callback):
         if incomplete is not None:
             stamps.end(incomplete)
             stamps.resolve(incomplete)
+        if self.grad_ready is not None:
+            self.grad_ready.close()
+            # After a failure the GPU may never reach a stamp: then only what it did reach.
+            self.grad_ready.resolve(self._current_step, wait=completed)
         if trainer.is_global_zero:
+            if completed and self.timed_comm:  # after the last step and its gathers: no step is affected
+                self.codec_probe = self._probe_codec(trainer)
             self._write_summary(trainer, completed, reason)
+
+    def _probe_codec(self, trainer: pl.Trainer) -> dict[str, Any] | None:
+        """The fp16/bf16 codec's cost on this device (codec_probe.py), for buffers up to the whole model's
+        gradients; None where they do not fit in the GPU's memory beside the model (the run itself is kept)."""
+        module = trainer.strategy.model.module
+        grad_dtype = next((p.dtype for p in module.parameters() if p.requires_grad), torch.float32)
+        try:
+            return probe_codec(trainable_parameters(module), trainer.strategy.root_device, self.world_size, grad_dtype)
+        except torch.OutOfMemoryError:
+            return None
 
     def _write_summary(self, trainer: pl.Trainer, completed: bool, reason: str, final: bool = True) -> None:
         """summary.json in the run's directory (rank 0). The final one also prints the table (if the run
@@ -416,6 +458,8 @@ class CommTimingCallback(pl.Callback):
             bootstrap_draws=BOOTSTRAP_DRAWS if final else PARTIAL_BOOTSTRAP_DRAWS,
             last_rank_spread=self.last_spread.__dict__ if self.last_spread else None,
             overhead_s={**self.overhead_s, "gathers": self.gathers, **self._cpu_overhead()},
+            backward_timeline=self.grad_ready.timeline() if self.grad_ready is not None else None,
+            codec_probe=self.codec_probe,
         )
         if not self.timed_comm:
             summary["totals"].update(dict.fromkeys(COMM_TOTALS, math.nan), exposure_verdict=NO_HOOK_VERDICT)

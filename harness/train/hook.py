@@ -169,7 +169,7 @@ def _timed_compress_hook(
     group = _group(state)
     buffer = bucket.buffer()
     record = state._new_record(bucket, buffer, buffer.numel() * dtype.itemsize, dtype)
-    compressed = buffer.to(dtype).div_(group.size())
+    compressed = compress(buffer, dtype, group.size())
 
     def decompress(result: list[torch.Tensor]) -> torch.Tensor:
         buffer.copy_(result[0])
@@ -177,6 +177,12 @@ def _timed_compress_hook(
         return buffer
 
     return state.launch(record, compressed, group, then=decompress)
+
+
+def compress(buffer: torch.Tensor, dtype: torch.dtype, world_size: int) -> torch.Tensor:
+    """The compress hooks' codec before the collective: a `dtype` copy of the bucket, pre-divided by the world
+    size as torch's hooks do (the copy back into the bucket is the rest). codec_probe.py times this very code."""
+    return buffer.to(dtype).div_(world_size)
 
 
 def timed_fp16_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

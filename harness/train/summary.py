@@ -36,8 +36,13 @@ def build_summary(
     last_rank_spread: dict[str, Any] | None = None,
     overhead_s: dict[str, float] | None = None,
     bootstrap_draws: int = 1000,
+    backward_timeline: dict[str, Any] | None = None,
+    codec_probe: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything a later comparison needs, as plain JSON types. Warm-up and calibration steps are excluded.
+    The advisor's inputs, null where not measured: "backward_timeline", rank 0's per-parameter gradient-ready
+    times from the calibration steps (grad_ready.py), and "codec_probe", the fp16/bf16 codec's cost probed at
+    the end of a completed run (codec_probe.py).
 
     Exposed communication is judged here, step by step, against the calibration samples nearest each step on
     either side, with its 95 % interval (exposure_estimate.py); the per-step TensorBoard series could only use
@@ -121,6 +126,8 @@ def build_summary(
         "calibration_sample_steps": [step for step, _ in calibration_samples],
         "last_rank_spread": last_rank_spread,
         "overhead_s": overhead_s or {},
+        "backward_timeline": backward_timeline,
+        "codec_probe": codec_probe,
         **run_info(),
     }
 
@@ -145,6 +152,7 @@ def ddp_logging(ddp_model: Any) -> dict[str, Any]:
         "avg_backward_compute_comm_overlap_time",
         "bucket_sizes",
         "rebuilt_bucket_sizes",
+        "prev_iteration_grad_ready_order_indices",
     )
     return {key: data[key] for key in keys if key in data}
 
