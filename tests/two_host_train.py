@@ -10,10 +10,10 @@
 
 Host i runs node i with one rank (so rank i), rendezvous on host 0's address, pinned to its own half of the
 machine's cores: a real host has cores of its own, and train.py sizes its thread pool to the cores it may run
-on, so unpinned hosts would each run as many threads as the whole machine has cores, and their OpenMP
-regions would wait on each other's threads (sleep_chain's 40 ms backward steps stretched to 70–90 ms on a
-loaded 2-core machine). Both torchruns start at once and are waited for together; whatever is still running
-at the timeout is killed. Several runs inside one
+on. Unpinned, each rank ran as many threads as the whole machine has cores, and on this quiet 2-core machine
+sleep_chain's fp32 step at a 1 MiB cap took 916 ms instead of 745–758, its compute-only forward + backward 835
+ms instead of about 685 (docs/BENCHMARKS.md, "Issue 13"). Both torchruns start at once and are waited for
+together; whatever is still running at the timeout is killed. Several runs inside one
 `two_hosts` block each need a port of their own: the last run's may still be in TIME_WAIT.
 """
 
