@@ -17,8 +17,8 @@ from models import get_model_spec, trainable_parameters
 from models.synthetic import BACKWARD_SLEEP_S, CHAIN_BLOCKS
 
 SLEEP_MS = BACKWARD_SLEEP_S * 1e3
-# Above the sleep: one Linear's backward (about 1–4 ms here) and the scheduler's wake-ups (up to a 10 ms tick
-# when torch's second OpenMP thread has gone to sleep). A gap beyond this would blur the bucket timeline.
+# Above the sleep: one Linear's backward (gaps of 82–87 ms for an 80 ms sleep, one thread, here) and whatever
+# another process on the machine takes. A gap beyond this would blur the bucket timeline.
 GAP_SLACK_MS = 25.0
 PASSES = 3  # the smallest of three passes per gap: another process on a 2-core machine only ever adds time
 
