@@ -58,6 +58,7 @@ from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError,
 from harness.common.failures import Interrupted, SignalLatch, signal_name
 from harness.common.names import SUMMARY_FILE
 from tests.netns import TwoHosts, shaping_unavailable, two_hosts
+from tests.two_host_train import LAUNCHER_VARS, torchrun_command
 
 PROG = "python -m bench.exposed_ab"
 REPO = Path(__file__).resolve().parent.parent
@@ -66,7 +67,6 @@ VERSION = "v"  # every run's version directory: each run has a --logdir of its o
 HOOKS = ("allreduce", "noop")
 CONDITIONS = ("loopback-quiet", "loopback-hog", "shaped-quiet", "shaped-hog")
 MASTER_PORT = 29511  # inside a fresh namespace nothing else listens; each run takes the next port
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
 STOP_GRACE_S = 30.0  # after passing a signal on, how long a run has to stop before what is left is killed
 PEER_GRACE_S = 30.0  # after one host's torchrun failed, how long the other has to notice and stop on its own
 # A busy loop that ends on its own within milliseconds of the bench's death (its parent changes), so no hog
@@ -210,12 +210,8 @@ def run_two_hosts(hosts: TwoHosts, args: list[str], hook: str, logdir: Path, nam
     host 0 at `port`; returns the summary that rank 0 (host 0) writes."""
     procs, logs = [], []
     for node in (0, 1):
-        cmd = [
-            *hosts.exec_args(node), sys.executable, "-m", "torch.distributed.run",
-            "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
-            "--master-addr", hosts.addresses[0], "--master-port", str(port),
-            str(TRAIN_PY), *args, "--comm-hook", hook, "--logdir", str(logdir), "--run-name", name,
-        ]  # fmt: skip
+        run_args = [str(TRAIN_PY), *args, "--comm-hook", hook, "--logdir", str(logdir), "--run-name", name]
+        cmd = torchrun_command(hosts, node, port, run_args)
         logs.append(logdir / f"{name}.node{node}.log")
         try:
             procs.append(_popen(cmd, _env(hosts.env(node)), logs[-1]))

@@ -15,7 +15,7 @@ import torchvision
 from torch import nn
 
 from harness.common.cli import UsageError
-from models import gpt, vision
+from models import gpt, synthetic, vision
 
 KINDS = ("image", "token")
 
@@ -194,6 +194,14 @@ MODELS: dict[str, ModelSpec] = {
         image_size_multiple=vision.VIT_TINY_PATCH,
     ),
     "gpt_tiny": _gpt("gpt_tiny", gpt.GPT_TINY),
+    # A model whose backward timeline is set by sleeps, not compute: the known-answer case (models/synthetic.py).
+    "sleep_chain": ModelSpec(
+        name="sleep_chain",
+        kind="image",
+        builder=synthetic.build_sleep_chain,
+        num_classes=synthetic.CHAIN_CLASSES,
+        default_image_size=vision.MIN_IMAGE_SIZE,  # the image is averaged away: any side does
+    ),
 }
 
 MODEL_NAMES: list[str] = sorted(MODELS)

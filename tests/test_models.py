@@ -23,13 +23,15 @@ EXPECTED_PARAMETERS = {
     "gpt2-medium": 354_823_168,
 }
 TINY_NAMES = ["resnet_tiny", "vit_tiny", "gpt_tiny"]
+# Synthetic models with a designed timeline, tested on their own (tests/test_sleep_chain.py).
+SYNTHETIC_NAMES = ["sleep_chain"]
 TINY_PARAMETER_LIMIT = 1_000_000  # keeps forward+backward on two CPU cores in the tens of milliseconds
 
 
 def test_registry_is_a_dict_keyed_by_each_specs_name():
     assert isinstance(MODELS, dict)
     assert sorted(MODELS) == MODEL_NAMES
-    assert set(EXPECTED_PARAMETERS) | set(TINY_NAMES) == set(MODEL_NAMES)
+    assert set(EXPECTED_PARAMETERS) | set(TINY_NAMES) | set(SYNTHETIC_NAMES) == set(MODEL_NAMES)
     for name, spec in MODELS.items():
         assert spec.name == name
         assert get_model_spec(name) is spec

@@ -6,65 +6,20 @@ Runs as root where `ip netns` works (tests/netns.py); skipped with the reason el
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from tests.netns import netns_unavailable, two_hosts
-
-REPO = Path(__file__).resolve().parents[1]
-MASTER_PORT = "29511"  # inside a fresh namespace nothing else listens: no free-port race
-RUN_TIMEOUT_S = 150
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+from tests.two_host_train import run_on_both, train_on_both
 
 pytestmark = pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable()))
-
-
-def _torchrun(hosts, node: int, module_args: list[str]) -> list[str]:
-    """`torchrun --nnodes 2` for one node, run inside that node's namespace."""
-    return [
-        *hosts.exec_args(node),
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
-        "--master-addr", hosts.addresses[0], "--master-port", MASTER_PORT,
-        *module_args,
-    ]  # fmt: skip
-
-
-def _run_on_both(hosts, module_args: list[str]) -> list[subprocess.CompletedProcess]:
-    procs = []
-    for node in (0, 1):
-        env = {k: v for k, v in hosts.env(node).items() if k not in LAUNCHER_VARS}
-        procs.append(
-            subprocess.Popen(
-                _torchrun(hosts, node, module_args),
-                cwd=REPO,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    results = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
-            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return results
 
 
 def test_sweep_across_two_nodes_over_veth(tmp_path):
     jsonl = tmp_path / "two_nodes.jsonl"
     sweep = ["-m", "harness.raw_sweep", "--sizes", "64K,1M,4M", "--timeout", "60", "--json", str(jsonl)]
     with two_hosts() as hosts:
-        node0, node1 = _run_on_both(hosts, sweep)
+        node0, node1 = run_on_both(hosts, sweep)
     assert node0.returncode == 0, node0.stderr[-3000:]
     assert node1.returncode == 0, node1.stderr[-3000:]
 
@@ -84,15 +39,13 @@ def test_sweep_across_two_nodes_over_veth(tmp_path):
 
 
 def test_training_across_two_nodes_over_veth(tmp_path):
-    logdir = tmp_path / "runs"
-    train = [str(REPO / "train.py"), "--model", "resnet_tiny", "--max-steps", "10", "--timeout", "60"]
+    train = ["--model", "resnet_tiny", "--max-steps", "10", "--timeout", "60"]
     with two_hosts() as hosts:
-        node0, node1 = _run_on_both(hosts, [*train, "--logdir", str(logdir)])
+        (node0, node1), run_dir = train_on_both(hosts, train, tmp_path / "runs")
     assert node0.returncode == 0, node0.stderr[-3000:]
     assert node1.returncode == 0, node1.stderr[-3000:]
 
-    (summary_path,) = logdir.glob("*/*/summary.json")  # rank 0, on node 0, writes it
-    summary = json.loads(summary_path.read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())  # rank 0, on node 0, writes it
     assert summary["completed"] is True and summary["world_size"] == 2 and summary["backend"] == "gloo"
     settings = summary["settings"]
     assert (settings["launcher"], settings["num_nodes"], settings["devices"]) == ("torchrun", 2, 1)
