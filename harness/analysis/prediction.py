@@ -14,6 +14,7 @@ prediction (Network.fit_max_rel_error).
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any
 from harness.analysis.bucket_layout import PlannedBucket
 from harness.analysis.checked import BadFile, check_regular
 from harness.common.cli import UsageError
-from harness.common.metrics import busbw_factor, fit_alpha_beta
+from harness.common.metrics import busbw_factor
 from harness.common.numbers import is_finite
 from harness.common.sweep_fits import FitRecordError, load_fits
 
@@ -119,17 +120,46 @@ def network_from_sweep(path: str, alpha_scaling: str = "constant") -> Network:
     )
 
 
+def lower_envelope_fit(size_bytes: list[float], time_us: list[float]) -> tuple[float, float, float] | None:
+    """(α µs, β GB/s, largest relative excess) of the line t = α + S/β that lies on or below every point and is
+    closest to them (least total excess): the line through two of the points, or through one with β = ∞.
+
+    In training a bucket's time can only grow by what it waits for: the collective launched before it (NCCL's
+    stream, gloo's queue), a slower peer, the CPU taken by backward. A least-squares line is dragged up by such
+    a bucket (a 16 KB bucket queued 40 ms behind a 29 MB one gave α = 31 ms); the lower envelope is not."""
+    points = sorted(zip(size_bytes, time_us, strict=True))
+    if len({s for s, _ in points}) < 2:
+        return None
+    best = None
+    lines = [(t, 0.0) for _, t in points]  # (α, µs per byte): flat lines
+    for (s0, t0), (s1, t1) in itertools.combinations(points, 2):
+        if s1 > s0 and t1 >= t0:
+            gamma = (t1 - t0) / (s1 - s0)
+            lines.append((t0 - gamma * s0, gamma))
+    for alpha, gamma in lines:
+        if alpha < 0 or any(alpha + gamma * s > t * (1 + 1e-9) for s, t in points):
+            continue
+        excess = sum(t - (alpha + gamma * s) for s, t in points)
+        if best is None or excess < best[0]:
+            best = (excess, alpha, gamma)
+    if best is None:
+        return None
+    _, alpha, gamma = best
+    worst = max((t - (alpha + gamma * s)) / t for s, t in points)
+    return alpha, (math.inf if gamma == 0 else 1.0 / (gamma * 1e3)), worst
+
+
 def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "constant") -> Network | None:
-    """The α-β fit of the training's own all_reduce: each measured bucket's collective time (p50) against its
-    bytes on the wire. None where it cannot be fitted: one rank (nothing crossed a link), fewer than two
-    distinct bucket sizes, or no bucket timed."""
+    """The α-β fit of the training's own all_reduce: the lower envelope (lower_envelope_fit) of each measured
+    bucket's collective time (p50) against its bytes on the wire. None where it cannot be fitted: one rank
+    (nothing crossed a link), fewer than two distinct bucket sizes, or no bucket timed."""
     world = summary.get("world_size") or 1
     points = [
         (b["bytes"], 1e3 * b["time_ms_p50"])
         for b in summary.get("buckets", [])
         if is_finite(b.get("time_ms_p50")) and b.get("bytes")
     ]
-    fitted = fit_alpha_beta([s for s, _ in points], [t for _, t in points]) if world > 1 else None
+    fitted = lower_envelope_fit([s for s, _ in points], [t for _, t in points]) if world > 1 else None
     if fitted is None:
         return None
     alpha, beta, worst = fitted
@@ -139,7 +169,8 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
         busbw_gbps=busbw_from_beta(beta, world),
         ref_world_size=world,
         alpha_scaling=alpha_scaling,
-        source=f"in-run fit of {run}'s {len(points)} buckets ({world} ranks, {', '.join(sources)} times)",
+        source=f"in-run fit (lower envelope) of {run}'s {len(points)} buckets ({world} ranks, "
+        f"{', '.join(sources)} times)",
         fit_max_rel_error=worst,
         fit_range_bytes=(min(s for s, _ in points), max(s for s, _ in points)),
     )
