@@ -134,6 +134,8 @@ def advice_json(advice: Advice, run: str, sweep: Network | None) -> dict[str, An
         "measured_step_ms": advice.measured_step_ms,
         "current": row_json(advice.current, advice),
         "recommendation": row_json(advice.rows[0], advice),
+        # What train.py can run today (DDP takes one cap): the fastest candidate that is not a per-bucket list.
+        "best_single_cap": row_json(next(r for r in advice.rows if r.candidate.kind != "list"), advice),
         "confidence": confidence(advice),
         "rows": [row_json(r, advice) for r in advice.rows],
         "network": vars(advice.network),
