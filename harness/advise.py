@@ -23,7 +23,6 @@ import datetime
 import json
 import math
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from harness.analysis.runs import read_summary
 from harness.analysis.step_model import ADVISOR_CAPS_MB, Candidate
 from harness.analysis.verification import Verified, format_verification
 from harness.common.cli import OneLineParser, UsageError, run_cli
+from harness.common.failures import say
 from harness.common.names import SUMMARY_FILE
 from harness.common.run_info import json_safe
 from harness.predict import load_summary
@@ -196,7 +196,7 @@ def measured_steps(logdir: Path) -> dict[str, list[float]]:
         try:
             summary = read_summary(path)
         except BadFile as err:
-            print(f"# verify: {err} (left out)", file=sys.stderr)
+            say(PROG, f"verify: {err} (left out)")
             continue
         step = summary["totals"].get("step_ms_p50")
         if summary["completed"] and step is not None:

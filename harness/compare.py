@@ -48,7 +48,6 @@ arithmetic and .comparison_tables writes the text, Markdown and CSV tables.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from harness.analysis.checked import check_outputs, write_output
 from harness.analysis.comparison import SORT_KEYS, build_rows, mixed_workloads, sort_rows
@@ -56,6 +55,7 @@ from harness.analysis.comparison_tables import format_csv, format_markdown, form
 from harness.analysis.runs import load_runs, run_files, runs_in_directory
 from harness.analysis.step_bars_plot import check_plot_path, render_step_bars
 from harness.common.cli import DefaultsHelpFormatter, OneLineParser, run_cli
+from harness.common.failures import say
 
 PROG = "python -m harness.compare"
 
@@ -107,11 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     check_outputs(outputs, [path for run in runs if run.directory for path in run_files(run.directory)])
     for run in runs:  # the table's notes say it too; stderr is for whoever reads only that
         for problem in filter(None, [run.summary_problem, *run.problems]):
-            print(f"{PROG}: warning: {problem}", file=sys.stderr)
+            say(PROG, f"warning: {problem}")
     in_directory = runs_in_directory(runs, args.baseline) if args.baseline else None
     rows = sort_rows(build_rows(runs, args.baseline, args.group_repeats, in_directory), args.sort, args.descending)
     for line in mixed_workloads(rows):
-        print(f"{PROG}: warning: {line}", file=sys.stderr)
+        say(PROG, f"warning: {line}")
     if args.plot:
         write_output(args.plot, render_step_bars(rows, args.plot), "--plot")
     if args.markdown:

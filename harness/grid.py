@@ -40,7 +40,7 @@ from harness.analysis.comparison_tables import format_csv, format_markdown, form
 from harness.analysis.runs import load_runs
 from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, run_cli
 from harness.common.dist_env import NVLS_OFF_ENV
-from harness.common.failures import Interrupted, SignalLatch, signal_name
+from harness.common.failures import Interrupted, SignalLatch, say, signal_name
 from harness.common.names import HOOK_NAMES
 from models import get_model_spec
 
@@ -159,11 +159,10 @@ def run_schedule(
             if code != 0:
                 failed.append(name)
     except Interrupted as stop:
-        print(
-            f"{PROG}: interrupted by {signal_name(stop.signum)} after {finished} of {len(schedule)} runs: "
+        say(
+            PROG,
+            f"interrupted by {signal_name(stop.signum)} after {finished} of {len(schedule)} runs: "
             "comparing what was measured",
-            file=sys.stderr,
-            flush=True,
         )
     return failed
 
@@ -226,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         if exit_code() == 0:
             raise
         # Every configuration failed (or was stopped) before writing anything: not a usage mistake.
-        print(f"{PROG}: no run left a summary or event file under {logdir}: nothing to compare", file=sys.stderr)
+        say(PROG, f"no run left a summary or event file under {logdir}: nothing to compare")
         return exit_code()
     rows = build_rows(runs, args.baseline, group_repeats=args.repeat > 1)
     print(format_text(rows))

@@ -28,7 +28,6 @@ import dataclasses
 import json
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ from harness.analysis.prediction import (
 from harness.analysis.prediction_report import format_report
 from harness.analysis.runs import read_summary
 from harness.common.cli import OneLineParser, UsageError, run_cli
+from harness.common.failures import say
 from harness.common.names import SUMMARY_FILE, WARMUP_STEPS
 from harness.common.numbers import is_finite
 from harness.common.run_info import json_safe
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     result = predict_from_args(args)
     for warning in result["warnings"]:
-        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+        say(PROG, f"warning: {warning}")
     if args.json:
         write_output(args.json, json.dumps(json_safe(result), indent=2) + "\n", "--json")
     print(format_report(result))

@@ -201,7 +201,8 @@ def test_a_killed_rank_stops_the_others_and_keeps_the_rows(launcher, tmp_path):
     os.kill(header["ranks"][1]["pid"], signal.SIGKILL)
     code, err, took = _finish(proc, time.monotonic(), TIMEOUT_S + SLACK_S)
     assert code != 0 and took < TIMEOUT_S + SLACK_S, (code, took, err[-2000:])
-    survivor = next(line for line in err.splitlines() if line.startswith(f"{PROG}: rank 0: "))
+    survivor = next((line for line in err.splitlines() if line.startswith(f"{PROG}: rank 0: ")), None)
+    assert survivor is not None, err[-3000:]
     if launcher == "torchrun":
         # torchrun SIGTERMs the survivors once it sees the death; rank 0 may get that before its own error.
         assert "Root Cause" in err and "SIGKILL" in err  # torchrun's own report

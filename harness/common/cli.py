@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from harness.common.failures import say
 from harness.common.names import EXIT_BROKEN_PIPE, EXIT_USAGE
 
 
@@ -33,7 +34,7 @@ def run_cli(main: Callable[[], int], prog: str) -> int:
         sys.stdout.flush()  # inside the try: a pipe closed after the last print fails here, not at exit
         return code
     except UsageError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        say(prog, f"error: {err}")
         raise SystemExit(EXIT_USAGE) from None
     except BrokenPipeError:
         # Python flushes stdout again at exit; point it at /dev/null so that flush cannot fail too.

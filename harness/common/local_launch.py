@@ -30,7 +30,6 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from harness.common.dist_env import apply_safe_nccl_env, detect
-from harness.common.failures import catch_signals
+from harness.common.failures import catch_signals, say
 
 INIT_METHOD_ENV = "HARNESS_INIT_METHOD"  # where spawn_local's processes find their rendezvous
 KILL_AFTER_TERM_S = 5.0  # after SIGTERM, how long a child has to clean up before SIGKILL
@@ -190,12 +189,12 @@ def _watch(children: _Children, received: list[int], grace_s: float):
             deadline = deadline or time.monotonic() + wait_s
             if not received and first.exitcode < 0:
                 what = f"{first.name} (pid {first.pid}) {_describe(first.exitcode)}"
-                print(f"local launch: {what}; the other ranks have {wait_s:g} s to stop", file=sys.stderr, flush=True)
+                say("local launch", f"{what}; the other ranks have {wait_s:g} s to stop")
         if deadline is not None and time.monotonic() > deadline:
             break
     for proc in children.procs:
         if proc is not first and proc.exitcode is not None and proc.exitcode < 0 and not received:
-            print(f"local launch: {proc.name} (pid {proc.pid}) {_describe(proc.exitcode)}", file=sys.stderr)
+            say("local launch", f"{proc.name} (pid {proc.pid}) {_describe(proc.exitcode)}")
     return first
 
 

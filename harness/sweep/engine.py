@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from harness.common.dist_env import detect
-from harness.common.failures import Interrupted, OutputFailed, PeerStopped, failure_text, signal_name
+from harness.common.failures import Interrupted, OutputFailed, PeerStopped, failure_text, say, signal_name
 from harness.common.metrics import algbw_gbps, busbw_factor, busbw_gbps, percentile
 from harness.sweep.capacity import (
     MEMORY_SKIP,
@@ -380,7 +380,7 @@ def run_sweep(plan: Plan, device: torch.device | None = None, where: Where | Non
     where.enter("header")
     record, preamble = build_header(plan, rank_devices(device), device)
     if rank == 0 and n == 1:
-        print(f"{PROG}: warning: world size 1: busbw is 0 by definition (no data crosses a link)", file=sys.stderr)
+        say(PROG, "warning: world size 1: busbw is 0 by definition (no data crosses a link)")
     log2_x = all(size > 0 and size & (size - 1) == 0 for size in plan.sizes)
     out = SweepOutput(plan.json_path, plan.csv_path, plan.logdir, log2_x, sys.stdout) if rank == 0 else NullOutput()
     eager_us: dict[tuple, float | None] = {}
@@ -424,6 +424,5 @@ def run_sweep(plan: Plan, device: torch.device | None = None, where: Where | Non
         raise out.failure
     if memory_skips and rank == 0:
         first = memory_skips[0]
-        print(f"{PROG}: warning: {len(memory_skips)} rows skipped, from {first['size_bytes']} B: {first['skipped']}",
-              file=sys.stderr)  # fmt: skip
+        say(PROG, f"warning: {len(memory_skips)} rows skipped, from {first['size_bytes']} B: {first['skipped']}")
     return wrong == 0
