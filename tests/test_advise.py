@@ -20,6 +20,7 @@ from harness.analysis.prediction import Network, network_from_run
 from harness.analysis.step_model import (
     ADVISOR_CAPS_MB,
     StepInputs,
+    anchor,
     best_list,
     cap_candidate,
     default_candidate,
@@ -98,6 +99,29 @@ def test_hidden_communication_costs_kappa():
     assert step.exposed_ms == pytest.approx(15.0)
 
 
+@pytest.mark.parametrize(
+    ("measured_ms", "noise_ms", "kappa", "kappa_range", "residual_ms"),
+    [
+        # At 1 MiB the model with no slow-down gives C + tail = 30 + 5 = 35 ms and hides 10 ms.
+        (39.0, (5.0, 5.0), 0.0, (0.0, 0.9), 0.0),  # 34–44 holds 35: no slow-down resolved
+        (40.0, (2.0, 2.0), 0.5, (0.3, 0.7), 0.0),  # 38–42 does not: κ = 5 / 10
+        (50.0, (0.0, 0.0), 1.0, (1.0, 1.0), 5.0),  # κ at its clamp carries 10 of the 15 ms
+        (31.0, (1.0, 1.0), 0.0, (0.0, 0.0), -4.0),  # faster than the model: no κ, a negative residual
+    ],
+)
+def test_kappa_is_fitted_only_where_the_run_resolves_it(measured_ms, noise_ms, kappa, kappa_range, residual_ms):
+    inputs = three_mib_timeline()
+    setting = cap_candidate(1, "allreduce")
+    predicted = anchor(inputs, setting, FIVE_MS_PER_MIB, 2, measured_ms, noise_ms)
+    assert inputs.kappa == pytest.approx(kappa)
+    assert inputs.kappa_range == pytest.approx(kappa_range)
+    assert inputs.residual_ms == pytest.approx(residual_ms)
+    excess = measured_ms - 35.0
+    resolved = not excess - noise_ms[0] <= 0.0 <= excess + noise_ms[1]
+    # Resolved, the run's own setting is reproduced; not, it is the model with no slow-down, within the noise.
+    assert predicted.fwd_bwd_ms == pytest.approx(measured_ms if resolved else 35.0)
+
+
 @pytest.mark.parametrize("kappa", [0.0, 0.3, 1.0])
 @pytest.mark.parametrize("alpha_us", [0.0, 3000.0])
 def test_best_list_is_no_slower_than_any_cap(kappa, alpha_us):
@@ -170,3 +194,48 @@ def test_mistakes_are_one_line(tmp_path, summary, args, message):
 def test_a_run_directory_without_summary_is_one_line(tmp_path):
     proc = advise_cli("--run", str(tmp_path))
     assert proc.returncode == 2 and "has no summary.json" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def eight_block_summary(excess_ms: float, half_width_ms: float) -> dict:
+    """A run at DDP's default cap of eight 4 MiB fp32 gradients ready 80 ms apart (sleep_chain's shape), whose
+    measured forward+backward lies `excess_ms` above the model with no slow-down (C + tail = 640 + 318 ms at
+    TEN_MS_ALPHA), with a 95 % interval of ± `half_width_ms`."""
+    params = [
+        {"index": i, "name": f"block{i}", "numel": MIB, "itemsize": 4, "ready_ms": 80.0 * (8 - i)} for i in range(8)
+    ]
+    exposed = 318.0 + excess_ms
+    return {
+        "settings": {"bucket_cap_mb": None, "comm_hook": "allreduce"},
+        "world_size": 2,
+        "backward_timeline": {
+            "forward_ms": 0.0, "backward_ms": 640.0, "samples": 8, "time_source": "test", "params": params
+        },
+        "totals": {
+            "compute_only_ms": 640.0,
+            "fwd_bwd_ms_p50": 640.0 + exposed,
+            "step_ms_p50": 650.0 + exposed,
+            "exposed_ms_p50": exposed,
+            "exposed_ms_ci95": [exposed - half_width_ms, exposed + half_width_ms],
+        },
+        "buckets": [],
+    }  # fmt: skip
+
+
+# 44 ms per 4 MiB block plus α = 10 ms a bucket. At the default (a 4 MiB bucket, then 28 MiB at the end of
+# backward) 54 ms are hidden and 318 exposed. One bucket a block exposes 54 ms and hides 7 × 54: the best
+# while κ < 0.81; above it, one bucket for everything (exposing 362 ms) is.
+TEN_MS_ALPHA = Network(alpha_us=10_000.0, busbw_gbps=4 * MIB / 44e-3 / 1e9, ref_world_size=2)
+
+
+@pytest.mark.parametrize(("excess_ms", "half_width_ms", "resolved"), [(0.0, 5.0, True), (10.0, 45.0, False)])
+def test_the_advisor_says_when_kappas_noise_could_change_the_pick(excess_ms, half_width_ms, resolved):
+    from harness.analysis.advice import advise, confidence
+
+    advice = advise(eight_block_summary(excess_ms, half_width_ms), "run", TEN_MS_ALPHA, hooks=["allreduce"])
+    assert advice.inputs.kappa == 0.0  # neither run resolves a slow-down
+    assert advice.rows[0].candidate.label == "1 MiB"
+    said = confidence(advice)
+    if resolved:  # κ can reach only 5 / 54 ms: the pick holds
+        assert "not resolved" not in said
+    else:  # κ can reach 1 (55 / 54 ms): one bucket for all would win
+        assert "not resolved by this run: with κ = 1.00 (its 95 % range, 0.00 to 1.00) the model picks 50 MiB" in said

@@ -11,7 +11,7 @@ validation (VALIDATED_ERROR, docs/BENCHMARKS.md).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from harness.analysis.backward_timeline import COMPRESS_HOOKS, read_codec_costs, read_timeline
@@ -37,6 +37,8 @@ ADVISOR_HOOKS = ("allreduce", "fp16", "bf16")
 # The step model's |error| on CPU gloo, from the validation in docs/BENCHMARKS.md ("Issue 13: validation"):
 # the median and the worst over every setting predicted there. A gap between two candidates smaller than
 # the median is not a prediction the model can make.
+# Two settings predicted within this fraction of each other are a tie, not a different answer.
+TIE_FRACTION = 0.005
 VALIDATED_ERROR = {"median": math.nan, "worst": math.nan, "where": "not yet validated"}
 
 
@@ -53,6 +55,9 @@ class Advice:
     network: Network
     layout_check: str
     notes: list[str]
+    across_kappa: list[tuple[float, StepPrediction, StepPrediction]]
+    """With κ at each end of its range (kappa_range), where that differs from κ: (κ, the fastest candidate
+    there, the pick made at κ itself predicted there)."""
 
 
 def step_inputs(summary: dict[str, Any], run: str) -> StepInputs:
@@ -113,10 +118,18 @@ def advise(
     run_world = summary["world_size"]
     world = world_size or run_world
     current_setting = run_candidate(settings.get("bucket_cap_mb"), run_hook)
-    anchor(inputs, current_setting, network, run_world, totals["fwd_bwd_ms_p50"])
-    rows = [predict_candidate(c, network, world, inputs) for c in candidates(hooks, caps_mb, network, world, inputs)]
-    rows.sort(key=lambda r: r.step_ms)
+    measured, noise = totals["fwd_bwd_ms_p50"], measured_noise_ms(totals)
+    anchor(inputs, current_setting, network, run_world, measured, noise)
+    rows = predict_all(hooks, caps_mb, network, world, inputs)
     current = predict_candidate(current_setting, network, world, inputs)
+    # The pick again with κ fitted at each end of the measured value's interval: does the noise change it?
+    picks = []
+    for end_ms in (measured - noise[0], measured + noise[1]):
+        varied = replace(inputs)
+        anchor(varied, current_setting, network, run_world, end_ms)
+        if not math.isclose(varied.kappa, inputs.kappa, abs_tol=1e-3):
+            ours = predict_candidate(rows[0].candidate, network, world, varied)
+            picks.append((varied.kappa, predict_all(hooks, caps_mb, network, world, varied)[0], ours))
     return Advice(
         rows=rows,
         current=current,
@@ -127,7 +140,25 @@ def advise(
         network=network,
         layout_check=layout_check(summary, inputs, current_setting),
         notes=notes,
+        across_kappa=picks,
     )
+
+
+def predict_all(
+    hooks: list[str], caps_mb: tuple[float, ...], network: Network, world: int, inputs: StepInputs
+) -> list[StepPrediction]:
+    """Every candidate predicted, fastest first."""
+    rows = [predict_candidate(c, network, world, inputs) for c in candidates(hooks, caps_mb, network, world, inputs)]
+    return sorted(rows, key=lambda r: r.step_ms)
+
+
+def measured_noise_ms(totals: dict[str, Any]) -> tuple[float, float]:
+    """How far the 95 % interval of the run's forward+backward reaches below and above its p50: the run's
+    exposed interval (exposed = forward+backward − compute-only, with both sources of noise), (0, 0) if none."""
+    p50, interval = totals.get("exposed_ms_p50"), totals.get("exposed_ms_ci95")
+    if not is_finite(p50) or not interval or not all(is_finite(x) for x in interval):
+        return 0.0, 0.0
+    return max(0.0, p50 - interval[0]), max(0.0, interval[1] - p50)
 
 
 def layout_check(summary: dict[str, Any], inputs: StepInputs, setting: Candidate) -> str:
@@ -157,6 +188,11 @@ def confidence(advice: Advice) -> str:
         parts.append(f"{100 * lead:.1f} % ahead of the next different setting ({describe(runner.candidate)})")
     else:
         lead = math.nan
+    for kappa, pick in picks_across_kappa(advice):
+        parts.append(
+            f"not resolved by this run: with κ = {kappa:.2f} (its 95 % range, {kappa_range_text(advice)}) the "
+            f"model picks {describe(pick.candidate)}; --verify settles it"
+        )
     if not is_finite(median):
         parts.append("the model's error is not validated on this kind of machine: run --verify")
     elif min(lead, lead_current) > worst:
@@ -171,6 +207,21 @@ def confidence(advice: Advice) -> str:
             f"not resolved: the lead is within the model's median error ({100 * median:.0f} %); --verify settles it"
         )
     return "; ".join(parts)
+
+
+def picks_across_kappa(advice: Advice) -> list[tuple[float, StepPrediction]]:
+    """(κ, pick) at the ends of κ's range where another setting would be picked, by more than a tie: more than
+    TIE_FRACTION faster there than the pick made at κ itself."""
+    return [
+        (kappa, fastest)
+        for kappa, fastest, ours in advice.across_kappa
+        if not same_buckets(fastest, ours) and fastest.step_ms < (1 - TIE_FRACTION) * ours.step_ms
+    ]
+
+
+def kappa_range_text(advice: Advice) -> str:
+    low, high = advice.inputs.kappa_range
+    return f"{low:.2f} to {high:.2f}"
 
 
 def same_buckets(a: StepPrediction, b: StepPrediction) -> bool:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from harness.analysis.advice import Advice, confidence, describe, formulas, same_buckets
+from harness.analysis.advice import (
+    Advice,
+    confidence,
+    describe,
+    formulas,
+    kappa_range_text,
+    picks_across_kappa,
+    same_buckets,
+)
 from harness.analysis.prediction import Network
 from harness.analysis.step_model import Candidate, StepPrediction
 from harness.common.numbers import is_finite
@@ -54,7 +62,7 @@ def format_advice(advice: Advice, run: str, model: str, sweep: Network | None) -
         )
     lines.append(
         f"# anchored on the run's own setting: κ = {inputs.kappa:.3f} ms of backward per ms of hidden communication, "
-        f"residual {inputs.residual_ms:.2f} ms"
+        f"residual {inputs.residual_ms:.2f} ms; κ over the run's 95 % interval: {kappa_range_text(advice)}"
     )
     lines.append(f"# {advice.layout_check}")
     lines += [f"# note: {note}" for note in advice.notes]
@@ -142,6 +150,8 @@ def advice_json(advice: Advice, run: str, sweep: Network | None) -> dict[str, An
         "sweep_network": vars(sweep) if sweep is not None else None,
         "kappa": inputs.kappa,
         "residual_ms": inputs.residual_ms,
+        "kappa_range": list(inputs.kappa_range),
+        "picks_across_kappa": [{"kappa": k, "pick": row_json(p, advice)} for k, p in picks_across_kappa(advice)],
         "compute_only_ms": inputs.compute_only_ms,
         "other_ms": inputs.other_ms,
         "layout_check": advice.layout_check,
