@@ -65,7 +65,7 @@ def run_schedule(args: argparse.Namespace, schedule: list, logdir: Path, train: 
     if args.two_hosts:
         from tests.two_host_train import run_schedule_on_two_hosts
 
-        run_schedule_on_two_hosts(schedule, args.model, logdir, train, args.two_hosts)
+        run_schedule_on_two_hosts(schedule, args.model, logdir, train, args.two_hosts, timeout_s=args.run_timeout)
     else:
         grid.run_schedule(schedule, args.model, logdir, [], train, SignalLatch().install())
 
@@ -113,11 +113,7 @@ def validate_grid(args: argparse.Namespace, out: Path, base: Path, caps: list[fl
             f"| {cand.label}, {cand.hook} | {pred:.1f} | {median:.1f} | {', '.join(f'{r:.1f}' for r in runs)} | "
             f"{100 * error:+.1f} % |"
         )
-    rec = advice["recommendation"]
-    rec_key = row_key(rec) if rec["kind"] != "list" else None
-    if rec_key is None:
-        fixed = [r for r in advice["rows"] if r["kind"] != "list"]
-        rec_key = row_key(fixed[0])
+    rec_key = row_key(advice["best_single_cap"])  # train.py runs one cap: the pick among what the grid ran
     best_key = min(measured_median, key=lambda k: measured_median[k][0])
     rec_runs = measured_median.get(rec_key, (float("nan"), []))[1]
     best_runs = measured_median[best_key][1]
@@ -129,7 +125,9 @@ def validate_grid(args: argparse.Namespace, out: Path, base: Path, caps: list[fl
         "between the base run and its repeats)",
         f"- recommended: {rec_key}; measured best: {best_key} (median {measured_median[best_key][0]:.1f} ms); "
         f"recommended {'is the measured best or within its spread' if within else 'is NOT within the best spread'}",
-        f"- advisor: κ = {advice['kappa']:.3f}, residual {advice['residual_ms']:.1f} ms, network "
+        f"- advisor: {advice['confidence']}",
+        f"- advisor: κ = {advice['kappa']:.3f} (range {advice['kappa_range'][0]:.2f}–{advice['kappa_range'][1]:.2f}), "
+        f"residual {advice['residual_ms']:.1f} ms, network "
         f"{advice['network']['source']}, α {advice['network']['alpha_us']:.0f} µs, "
         f"B_bus {advice['network']['busbw_gbps']:.3g} GB/s; {advice['layout_check']}",
     ]
@@ -167,6 +165,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--extrapolate", default="", help="world sizes to predict from the base run, e.g. 3,4")
     parser.add_argument("--two-hosts", type=float, default=0, metavar="RATE", help="two netns hosts, link Mbit/s")
+    parser.add_argument("--run-timeout", type=float, default=600.0, help="seconds a two-host run may take")
     parser.add_argument("--out", default="bench-out/advisor")
     args = parser.parse_args()
     out = Path(args.out)

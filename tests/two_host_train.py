@@ -102,3 +102,31 @@ def train_on_both(
     if len(summaries) > 1:
         raise ValueError(f"{logdir} holds {len(summaries)} runs: give each run a --logdir of its own")
     return procs, summaries[0].parent if summaries else None
+
+
+def run_schedule_on_two_hosts(
+    schedule: list[tuple[int, dict[str, str]]],
+    model: str,
+    logdir: Path,
+    train_args: list[str],
+    rate_mbit: float,
+    timeout_s: float = RUN_TIMEOUT_S,
+) -> list[str]:
+    """harness.grid's schedule, each run on two fresh namespace hosts over a tbf link of `rate_mbit` Mbit/s (one
+    rank each): the same run names and logs/ as `harness.grid.run_schedule`, so its readers find the runs. The
+    names of the runs that failed."""
+    from harness import grid
+    from tests.netns import two_hosts
+
+    failed = []
+    with two_hosts("hxgr", rate_mbit=rate_mbit) as hosts:
+        for i, (repeat, config) in enumerate(schedule):
+            name = grid.run_name(model, config)
+            script_and_args = grid.build_command([], model, config, logdir, train_args)[1:]  # no interpreter
+            print(f"[{i + 1}/{len(schedule)}] {name} (repeat {repeat}) on two hosts, {rate_mbit:g} Mbit/s", flush=True)
+            procs = run_on_both(hosts, script_and_args, MASTER_PORT + i, timeout_s)  # a port a run: TIME_WAIT
+            log = "\n".join(f"## host {n}\n{p.stdout}\n{p.stderr}" for n, p in enumerate(procs))
+            (logdir / "logs" / f"{name}-repeat{repeat}.log").write_text(log)
+            if any(p.returncode != 0 for p in procs):
+                failed.append(name)
+    return failed
