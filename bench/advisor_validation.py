@@ -61,6 +61,9 @@ def run_base(args: argparse.Namespace, out: Path) -> Path:
 
 
 def run_schedule(args: argparse.Namespace, schedule: list, logdir: Path, train: list[str]) -> None:
+    if args.reuse and any(logdir.glob("*/*/summary.json")):
+        print(f"--reuse: the runs already under {logdir}", flush=True)
+        return
     grid.prepare_logdir(logdir)
     if args.two_hosts:
         from tests.two_host_train import run_schedule_on_two_hosts
@@ -165,6 +168,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--extrapolate", default="", help="world sizes to predict from the base run, e.g. 3,4")
     parser.add_argument("--two-hosts", type=float, default=0, metavar="RATE", help="two netns hosts, link Mbit/s")
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep the runs an earlier call left under --out; predict and compare again"
+    )
     parser.add_argument("--run-timeout", type=float, default=600.0, help="seconds a two-host run may take")
     parser.add_argument("--out", default="bench-out/advisor")
     args = parser.parse_args()

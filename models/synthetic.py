@@ -75,17 +75,25 @@ BACKWARD_SLEEP_S = 0.080
 CHAIN_CLASSES = 10
 
 
-class _SleepInBackward(torch.autograd.Function):
-    """Identity in forward; in backward, time.sleep(BACKWARD_SLEEP_S) before passing the gradient on."""
+class SleepInBackward(torch.autograd.Function):
+    """Identity in forward; in backward, `time.sleep(seconds)` before passing the gradient on: wall time that
+    leaves the cores free, as device compute leaves the host free (two ranks of real compute on a 2-core
+    machine starve gloo's threads, which then measures CPU contention rather than overlap)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, seconds: float) -> torch.Tensor:
+        ctx.seconds = seconds
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        time.sleep(BACKWARD_SLEEP_S)
-        return grad
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        time.sleep(ctx.seconds)
+        return grad, None
+
+
+def sleep_in_backward(x: torch.Tensor, seconds: float) -> torch.Tensor:
+    """`x`, with `seconds` of sleep where backward passes through it."""
+    return SleepInBackward.apply(x, seconds)
 
 
 class SleepChain(nn.Module):
@@ -102,7 +110,7 @@ class SleepChain(nn.Module):
         for block in self.blocks:
             # The sleep after the Linear runs before the Linear's own backward: block k's gradient is ready one
             # sleep after block k+1's, and the last block's one sleep after the head's.
-            x = _SleepInBackward.apply(block(x))
+            x = sleep_in_backward(block(x), BACKWARD_SLEEP_S)
         return self.head(x)
 
 

@@ -19,6 +19,7 @@ from harness.analysis.bucket_layout import model_bucket_layout
 from harness.analysis.prediction import Network, network_from_run
 from harness.analysis.step_model import (
     ADVISOR_CAPS_MB,
+    MeasuredSetting,
     StepInputs,
     anchor,
     best_list,
@@ -100,22 +101,23 @@ def test_hidden_communication_costs_kappa():
 
 
 @pytest.mark.parametrize(
-    ("measured_ms", "noise_ms", "kappa", "kappa_range", "residual_ms"),
+    ("measured", "kappa", "kappa_range", "residual_ms"),
     [
         # At 1 MiB the model with no slow-down gives C + tail = 30 + 5 = 35 ms and hides 10 ms.
-        (39.0, (5.0, 5.0), 0.4, (0.0, 0.9), 0.0),  # κ = 4 / 10; 34–44 ms gives 0 to 0.9
-        (40.0, (2.0, 2.0), 0.5, (0.3, 0.7), 0.0),
-        (50.0, (0.0, 0.0), 1.0, (1.0, 1.0), 5.0),  # κ at its clamp carries 10 of the 15 ms
-        (31.0, (1.0, 1.0), 0.0, (0.0, 0.0), -4.0),  # faster than the model: no κ, a negative residual
+        (MeasuredSetting(39.0, 4.0, (4.0, 4.0)), 0.4, (0.0, 0.8), 0.0),  # κ = 4 / 10
+        (MeasuredSetting(42.0, 4.0, (1.0, 1.0)), 0.4, (0.3, 0.5), 3.0),  # the tail took 8 ms, not 5: residual
+        (MeasuredSetting(50.0, 15.0), 1.0, (1.0, 1.0), 5.0),  # κ at its clamp carries 10 of the 15 ms
+        (MeasuredSetting(31.0, -1.0), 0.0, (0.0, 0.0), -4.0),  # faster than compute-only: no κ
+        (MeasuredSetting(39.0), 0.4, (0.4, 0.4), 0.0),  # no interference recorded: M − C − tail = 4
     ],
 )
-def test_kappa_and_its_range_reproduce_the_run(measured_ms, noise_ms, kappa, kappa_range, residual_ms):
+def test_kappa_is_fitted_on_backwards_slowdown(measured, kappa, kappa_range, residual_ms):
     inputs = three_mib_timeline()
-    predicted = anchor(inputs, cap_candidate(1, "allreduce"), FIVE_MS_PER_MIB, 2, measured_ms, noise_ms)
+    predicted = anchor(inputs, cap_candidate(1, "allreduce"), FIVE_MS_PER_MIB, 2, measured)
     assert inputs.kappa == pytest.approx(kappa)
     assert inputs.kappa_range == pytest.approx(kappa_range)
     assert inputs.residual_ms == pytest.approx(residual_ms)
-    assert predicted.fwd_bwd_ms == pytest.approx(measured_ms)  # the run's own setting, as measured
+    assert predicted.fwd_bwd_ms == pytest.approx(measured.fwd_bwd_ms)  # the run's own setting, as measured
 
 
 @pytest.mark.parametrize("kappa", [0.0, 0.3, 1.0])
@@ -200,6 +202,7 @@ def eight_block_summary(excess_ms: float, half_width_ms: float) -> dict:
         {"index": i, "name": f"block{i}", "numel": MIB, "itemsize": 4, "ready_ms": 80.0 * (8 - i)} for i in range(8)
     ]
     exposed = 318.0 + excess_ms
+    interval = [excess_ms - half_width_ms, excess_ms + half_width_ms]
     return {
         "settings": {"bucket_cap_mb": None, "comm_hook": "allreduce"},
         "world_size": 2,
@@ -212,6 +215,8 @@ def eight_block_summary(excess_ms: float, half_width_ms: float) -> dict:
             "step_ms_p50": 650.0 + exposed,
             "exposed_ms_p50": exposed,
             "exposed_ms_ci95": [exposed - half_width_ms, exposed + half_width_ms],
+            "interference_ms_p50": excess_ms,  # the tail is the model's: the excess is backward's slow-down
+            "interference_ms_ci95": interval,
         },
         "buckets": [],
     }  # fmt: skip

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -11,6 +10,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from harness.train.calibration import Calibration, zero_gradients
 from harness.train.hook import make_hook_state, register_timed_hook
 from harness.train.step_stats import step_stats
+from models.synthetic import sleep_in_backward
 from tests.multiproc import run_workers
 
 CALIBRATION_STEPS = 4
@@ -29,24 +29,7 @@ class BigGradientNoCompute(torch.nn.Module):
         return x[:1] @ self.weight
 
 
-class SlowBackward(torch.autograd.Function):
-    """Identity whose backward takes BACKWARD_SLEEP_S of wall time without holding a core.
-
-    On a 2-core machine two ranks of real compute starve gloo's threads, which then measures CPU
-    contention rather than overlap; sleeping stands in for device compute that leaves the host free.
-    """
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        time.sleep(BACKWARD_SLEEP_S)
-        return grad
-
-
-BACKWARD_SLEEP_S = 0.04
+BACKWARD_SLEEP_S = 0.04  # "compute" after each layer in backward: a sleep, so the cores stay free for gloo
 WIDTH = 512  # 1 MiB of gradient per layer: enough communication that hiding it shows, little enough that
 # each all_reduce ends within one layer's compute even on a loaded 2-core machine
 
@@ -64,9 +47,9 @@ class HeavyComputeSmallGradient(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # The sleep after the scale puts the first layer's bucket behind 40 ms of compute too; only the
         # scale's own 1 KB bucket is ready at the very end.
-        y = SlowBackward.apply(x * self.scale)
+        y = sleep_in_backward(x * self.scale, BACKWARD_SLEEP_S)
         for layer in self.layers:
-            y = SlowBackward.apply(torch.tanh(layer(y)))
+            y = sleep_in_backward(torch.tanh(layer(y)), BACKWARD_SLEEP_S)
         return y
 
 

@@ -20,6 +20,7 @@ from harness.analysis.step_model import (
     ADVISOR_CAPS_MB,
     FORMULAS,
     Candidate,
+    MeasuredSetting,
     StepInputs,
     StepPrediction,
     anchor,
@@ -118,16 +119,18 @@ def advise(
     run_world = summary["world_size"]
     world = world_size or run_world
     current_setting = run_candidate(settings.get("bucket_cap_mb"), run_hook)
-    measured, noise = totals["fwd_bwd_ms_p50"], measured_noise_ms(totals)
-    anchor(inputs, current_setting, network, run_world, measured, noise)
+    measured = measured_setting(totals)
+    anchor(inputs, current_setting, network, run_world, measured)
     rows = predict_all(hooks, caps_mb, network, world, inputs)
     current = predict_candidate(current_setting, network, world, inputs)
-    # The pick again with κ fitted at each end of the measured value's interval: does the noise change it?
+    # The pick again with κ at each end of its range: does the run's noise change it?
     picks = []
-    for end_ms in (measured - noise[0], measured + noise[1]):
-        varied = replace(inputs)
-        anchor(varied, current_setting, network, run_world, end_ms)
-        if not math.isclose(varied.kappa, inputs.kappa, abs_tol=1e-3):
+    for kappa in inputs.kappa_range:
+        varied = replace(inputs, kappa=kappa, residual_ms=0.0)
+        if not math.isclose(kappa, inputs.kappa, abs_tol=1e-3):
+            # The residual again, so that the run's own setting still predicts what it measured.
+            own = predict_candidate(current_setting, network, run_world, varied)
+            varied.residual_ms = measured.fwd_bwd_ms - own.fwd_bwd_ms
             ours = predict_candidate(rows[0].candidate, network, world, varied)
             picks.append((varied.kappa, predict_all(hooks, caps_mb, network, world, varied)[0], ours))
     return Advice(
@@ -152,13 +155,21 @@ def predict_all(
     return sorted(rows, key=lambda r: r.step_ms)
 
 
-def measured_noise_ms(totals: dict[str, Any]) -> tuple[float, float]:
-    """How far the 95 % interval of the run's forward+backward reaches below and above its p50: the run's
-    exposed interval (exposed = forward+backward − compute-only, with both sources of noise), (0, 0) if none."""
-    p50, interval = totals.get("exposed_ms_p50"), totals.get("exposed_ms_ci95")
-    if not is_finite(p50) or not interval or not all(is_finite(x) for x in interval):
-        return 0.0, 0.0
-    return max(0.0, p50 - interval[0]), max(0.0, interval[1] - p50)
+def measured_setting(totals: dict[str, Any]) -> MeasuredSetting:
+    """What the run measured at its own setting (step_model.MeasuredSetting): its forward+backward, its
+    interference and that's 95 % interval (for a run made before train.py gave one, the exposed interval's
+    reach: both hold the compute-only samples' noise, and the exposed one the tail's too)."""
+    interference = totals.get("interference_ms_p50")
+    if not is_finite(interference):
+        return MeasuredSetting(totals["fwd_bwd_ms_p50"])
+    interval = totals.get("interference_ms_ci95")
+    point = interference
+    if not interval or not all(is_finite(x) for x in interval):
+        interval, point = totals.get("exposed_ms_ci95"), totals.get("exposed_ms_p50")
+    if not interval or not is_finite(point) or not all(is_finite(x) for x in interval):
+        return MeasuredSetting(totals["fwd_bwd_ms_p50"], interference)
+    noise = (max(0.0, point - interval[0]), max(0.0, interval[1] - point))
+    return MeasuredSetting(totals["fwd_bwd_ms_p50"], interference, noise)
 
 
 def layout_check(summary: dict[str, Any], inputs: StepInputs, setting: Candidate) -> str:

@@ -16,13 +16,16 @@ model; every printed prediction carries them.
   codec time is split half and half between the two.
 - Communication that runs while backward computes slows backward (the two share memory bandwidth, SMs or
   CPU cores: the Echo simulator, arXiv 2412.12487). The model charges κ ms of compute per ms of hidden
-  communication, with κ fitted so that the run's own setting predicts its measured forward + backward; what
-  κ cannot carry (κ is kept within [0, 1]) is a constant residual, reported. A run that hides little
-  communication (DDP's default on a small model hides one bucket) leaves κ = excess / hidden at the mercy
-  of a few ms of noise, so the range κ takes over the measured value's 95 % interval is kept too
-  (StepInputs.kappa_range), and the advisor says when the pick changes within it. (Setting κ to 0 wherever
-  that interval holds the no-slow-down model was tried: on resnet50 at 2 CPU ranks, where gloo's threads
-  do slow backward, it left the run's own setting predicted 8.7 % fast, inside a ±90 ms interval.)
+  communication. κ is fitted on the run's own setting from its measured interference (exposed − tail: how
+  much later backward ended than compute-only), not from its whole forward + backward: the tail holds the
+  link's noise (a 28 MB bucket that now and then takes 10 % longer), which fitted to κ moved it from 0.01
+  to 0.23 on the known-answer model. What κ cannot carry (κ is kept within [0, 1]) and the tail model's own
+  error at the run's setting are a constant residual, reported, so the run's own setting predicts its
+  measured forward + backward. A run that hides little communication (DDP's default on a small model hides
+  one bucket) leaves κ = slow-down / hidden at the mercy of a few ms of noise, so the range κ takes over the
+  interference's 95 % interval is kept too (StepInputs.kappa_range), and the advisor says when the pick
+  changes within it. (Setting κ to 0 wherever that interval holds 0 was tried: on resnet50 at 2 CPU ranks,
+  where gloo's threads do slow backward, it left the run's own setting predicted 8.7 % fast.)
 
 torch is imported only inside `assign_buckets`, so the commands that use this module answer a mistake first.
 """
@@ -56,9 +59,10 @@ FORMULAS = (
     "E = F + backward + Σ k_b/2   (the end of backward);  tail = max(0, end_last − E)",
     "hidden = Σ_b max(0, min(end_b, E) − start_b)   (communication under backward)",
     "forward+backward = C + Σ k_b/2 + κ × hidden + tail + residual   (C: compute-only forward+backward)",
-    "κ = clamp((M − (C + Σ k_b/2 + tail)) / hidden, 0, 1) at the run's own setting, M its measured forward+backward;"
-    " residual = what κ leaves of M there (0 when κ is inside the clamp); κ's range: the same at the ends of M's"
-    " 95 % interval (the run's exposed interval)",
+    "residual = M − (C + Σ k_b/2 + κ × hidden + tail) at the run's own setting, M its measured forward+backward"
+    " (the tail model's error there, and what κ's clamp leaves)",
+    "κ = clamp((I − Σ k_b/2) / hidden, 0, 1) at the run's own setting, I its measured interference (exposed − tail:"
+    " backward's slow-down); κ's range: the same at the ends of I's 95 % interval",
     "step = forward+backward + other   (other: the run's measured step − forward+backward, the optimizer);"
     "  exposed = forward+backward − C",
 )
@@ -146,7 +150,18 @@ class StepInputs:
     kappa: float = 0.0
     residual_ms: float = 0.0
     kappa_range: tuple[float, float] = (0.0, 0.0)
-    """The κ that the ends of the measured forward+backward's 95 % interval would give (anchor)."""
+    """The κ that the ends of the measured interference's 95 % interval would give (anchor)."""
+
+
+@dataclass(frozen=True)
+class MeasuredSetting:
+    """What the run measured at its own setting, for anchor: forward+backward (p50); backward's slow-down,
+    its interference = exposed − tail (p50; None for a run that did not record it: then M − C − tail, with
+    the tail modelled); and how far the slow-down's 95 % interval reaches (below, above) it."""
+
+    fwd_bwd_ms: float
+    interference_ms: float | None = None
+    noise_ms: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -222,27 +237,25 @@ def predict_candidate(candidate: Candidate, network: Network, world_size: int, i
 
 
 def anchor(
-    inputs: StepInputs,
-    run_setting: Candidate,
-    network: Network,
-    world_size: int,
-    measured_fwd_bwd_ms: float,
-    noise_ms: tuple[float, float] = (0.0, 0.0),
+    inputs: StepInputs, run_setting: Candidate, network: Network, world_size: int, measured: MeasuredSetting
 ) -> StepPrediction:
-    """Fit κ (and the residual κ cannot carry) so that the run's own setting predicts its measured forward +
-    backward; sets them, and κ's range over the measured value's 95 % interval, which reaches `noise_ms`
-    (below, above) it, on `inputs`, and returns the prediction of the run's setting."""
+    """Fit κ, its range and the residual (FORMULAS) so that the run's own setting predicts what it measured;
+    sets them on `inputs` and returns the prediction of the run's setting."""
     inputs.kappa, inputs.residual_ms = 0.0, 0.0
     bare = predict_candidate(run_setting, network, world_size, inputs)
-    excess = measured_fwd_bwd_ms - bare.fwd_bwd_ms
-    below, above = noise_ms
+    casts = bare.fwd_bwd_ms - inputs.compute_only_ms - bare.tail_ms  # Σ k_b/2: on the compute path, no κ
+    if measured.interference_ms is not None:
+        slowdown = measured.interference_ms - casts
+    else:
+        slowdown = measured.fwd_bwd_ms - bare.fwd_bwd_ms
 
     def kappa_for(value: float) -> float:
         return min(MAX_KAPPA, max(0.0, value / bare.hidden_ms)) if bare.hidden_ms > 0 else 0.0
 
-    inputs.kappa_range = (kappa_for(excess - below), kappa_for(excess + above))
-    inputs.kappa = kappa_for(excess)
-    inputs.residual_ms = excess - inputs.kappa * bare.hidden_ms
+    below, above = measured.noise_ms
+    inputs.kappa = kappa_for(slowdown)
+    inputs.kappa_range = (kappa_for(slowdown - below), kappa_for(slowdown + above))
+    inputs.residual_ms = measured.fwd_bwd_ms - predict_candidate(run_setting, network, world_size, inputs).fwd_bwd_ms
     return predict_candidate(run_setting, network, world_size, inputs)
 
 

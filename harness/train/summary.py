@@ -82,6 +82,12 @@ def build_summary(
         step_p50,
         draws=bootstrap_draws,
     )
+    # Interference (exposed − tail: how much later backward ended than compute-only) with its interval, by the
+    # same bootstrap: "exposed" of the time to the last bucket's ready. The advisor fits κ on it.
+    interference_estimate = estimate_exposure(
+        steps, fwd_bwd - tails, [row[2] for row in exposure_steps], calibration_samples, step_p50,
+        draws=bootstrap_draws,
+    )  # fmt: skip
     exposed = fwd_bwd - reference_ms(steps, calibration_samples) if steps else np.array([])
     measured = np.isfinite(exposed)
     interference = exposed[measured] - tails[measured]
@@ -105,6 +111,7 @@ def build_summary(
         **estimate.as_dict(),
         "exposed_ms_p90": float(np.percentile(exposed, 90)) if exposed.size else math.nan,
         "interference_ms_p50": float(np.percentile(interference, 50)) if interference.size else math.nan,
+        "interference_ms_ci95": list(interference_estimate.exposed_ms_ci95),
         "time_source": aggregate.time_source,
         "between_steps_ms_p50": aggregate.between_steps_ms.percentile(50),
         "algbw_gbps_p50": algbw_gbps(aggregate.step_bytes, comm_p50 / 1e3),
