@@ -73,9 +73,22 @@ def run_schedule(args: argparse.Namespace, schedule: list, logdir: Path, train: 
         grid.run_schedule(schedule, args.model, logdir, [], train, SignalLatch().install())
 
 
-def advise_json(run_dir: Path, out: Path, extra: list[str]) -> dict[str, Any]:
+def run_sweep(args: argparse.Namespace, out: Path) -> Path:
+    """A raw all_reduce sweep at --nproc ranks on loopback: the network for a base run whose buckets cannot be
+    fitted (one bucket at DDP's default, as gpt_tiny's)."""
+    path = out / "sweep.jsonl"
+    if not (args.reuse and path.exists()):
+        cmd = [sys.executable, "-m", "harness.raw_sweep", "--nproc", str(args.nproc), "--backend", "gloo"]
+        cmd += ["--collectives", "all_reduce", "-b", "4K", "-e", "64M", "--json", str(path)]
+        subprocess.run(cmd, cwd=ROOT, check=True, env={**os.environ, **NVLS_OFF_ENV}, stdout=subprocess.DEVNULL)
+    return path
+
+
+def advise_json(run_dir: Path, out: Path, extra: list[str], sweep: Path | None = None) -> dict[str, Any]:
     path = out / f"advise{'-'.join(extra).replace('-', '_')}.json"
     cmd = [sys.executable, "-m", "harness.advise", "--run", str(run_dir), "--json", str(path), *extra]
+    if sweep is not None:
+        cmd += ["--sweep", str(sweep)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **NVLS_OFF_ENV})
     if proc.returncode != 0:
         sys.exit(f"advise failed: {proc.stderr.strip()}")
@@ -87,8 +100,11 @@ def row_key(row: dict[str, Any]) -> tuple[Any, str]:
     return (row["bucket_cap_mb"] if row["kind"] != "default" else "default", row["hook"])
 
 
-def validate_grid(args: argparse.Namespace, out: Path, base: Path, caps: list[float], hooks: list[str]) -> list[str]:
-    advice = advise_json(base, out, ["--caps", ",".join(f"{c:g}" for c in caps), "--hooks", ",".join(hooks)])
+def validate_grid(
+    args: argparse.Namespace, out: Path, base: Path, caps: list[float], hooks: list[str], sweep: Path | None
+) -> list[str]:
+    extra = ["--caps", ",".join(f"{c:g}" for c in caps), "--hooks", ",".join(hooks)]
+    advice = advise_json(base, out, extra, sweep)
     predicted = {row_key(r): r["predicted_step_ms"] for r in advice["rows"] if r["kind"] != "list"}
     candidates = [default_candidate(h) for h in hooks] + [cap_candidate(c, h) for c in caps for h in hooks]
     configs = [config_of(c) for c in candidates]
@@ -137,10 +153,12 @@ def validate_grid(args: argparse.Namespace, out: Path, base: Path, caps: list[fl
     return lines
 
 
-def validate_world_sizes(args: argparse.Namespace, out: Path, base: Path, sizes: list[int]) -> list[str]:
+def validate_world_sizes(
+    args: argparse.Namespace, out: Path, base: Path, sizes: list[int], sweep: Path | None
+) -> list[str]:
     lines = ["| world size | predicted ms | measured ms | runs | error |", "|---:|---:|---:|---|---:|"]
     for n in sizes:
-        advice = advise_json(base, out, ["--world-size", str(n), "--caps", "25", "--hooks", "allreduce"])
+        advice = advise_json(base, out, ["--world-size", str(n), "--caps", "25", "--hooks", "allreduce"], sweep)
         pred = advice["current"]["predicted_step_ms"]
         logdir = out / f"world{n}"
         schedule = [(r, {"--comm-hook": "allreduce"}) for r in range(1, args.repeat + 1)]
@@ -167,6 +185,9 @@ def main() -> None:
     parser.add_argument("--hooks", default="allreduce,fp16")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--extrapolate", default="", help="world sizes to predict from the base run, e.g. 3,4")
+    parser.add_argument(
+        "--sweep", action="store_true", help="a raw sweep first; the in-run fit where it exists, else the sweep"
+    )
     parser.add_argument("--two-hosts", type=float, default=0, metavar="RATE", help="two netns hosts, link Mbit/s")
     parser.add_argument(
         "--reuse", action="store_true", help="keep the runs an earlier call left under --out; predict and compare again"
@@ -176,17 +197,18 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    sweep = run_sweep(args, out) if args.sweep else None
     base = run_base(args, out)
     where = f"2 namespace hosts, tbf {args.two_hosts:g} Mbit/s" if args.two_hosts else f"{args.nproc} ranks, loopback"
     report = [f"### {args.model}, {where}, base run {base}", ""]
     caps = [float(c) for c in args.caps.split(",") if c]
     hooks = [h for h in args.hooks.split(",") if h]
     if caps and hooks and args.repeat > 0:
-        report += validate_grid(args, out, base, caps, hooks)
+        report += validate_grid(args, out, base, caps, hooks, sweep)
     sizes = [int(n) for n in args.extrapolate.split(",") if n]
     if sizes:
         report += ["", f"World sizes predicted from the {args.nproc}-rank base run:", ""]
-        report += validate_world_sizes(args, out, base, sizes)
+        report += validate_world_sizes(args, out, base, sizes, sweep)
     text = "\n".join(report)
     (out / "report.md").write_text(text + "\n")
     print(text)

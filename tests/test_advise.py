@@ -240,3 +240,13 @@ def test_the_advisor_says_when_kappas_noise_could_change_the_pick(excess_ms, hal
         assert "not resolved" not in said
     else:  # κ can reach 1 (55 / 54 ms): one bucket for everything would win
         assert "not resolved by this run: with κ = 1.00 (its 95 % range, 0.00 to 1.00) the model picks 50 MiB" in said
+
+
+@pytest.mark.parametrize("cap_mb", [0.01, 0.1, 0.25, 1, 2.5, 25, 200, 0.3333])
+def test_a_cap_is_written_as_given_and_ddp_gets_the_same_bytes(cap_mb):
+    """DDP sizes a bucket as int(cap × 2**20) bytes; the advisor's flag must give DDP those bytes, and read as
+    the user would write it (0.1, not 0.0999994)."""
+    candidate = cap_candidate(cap_mb, "allreduce")
+    assert candidate.bucket_cap_mb == cap_mb
+    assert int(candidate.bucket_cap_mb * MIB) == candidate.limits_bytes[-1] == int(cap_mb * MIB)
+    assert candidate.label == f"{cap_mb:g} MiB"

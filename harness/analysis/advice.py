@@ -118,6 +118,13 @@ def advise(
         raise UsageError(f"--run used --comm-hook {run_hook} but has no codec probe: run it with a newer train.py")
     run_world = summary["world_size"]
     world = world_size or run_world
+    if world > run_world and summary.get("backend") == "gloo" and (settings.get("num_nodes") or 1) == 1:
+        notes.append(
+            f"the run's {run_world} ranks shared one machine's CPU cores; the model keeps each rank's compute as "
+            f"measured, but {world} ranks on the same cores each compute slower (resnet50 at 3 and 4 ranks on 2 "
+            "cores: compute-only 1.6× and 2.2× that at 2, docs/BENCHMARKS.md): predict from a run whose ranks have "
+            "cores of their own"
+        )
     current_setting = run_candidate(settings.get("bucket_cap_mb"), run_hook)
     measured = measured_setting(totals)
     anchor(inputs, current_setting, network, run_world, measured)

@@ -37,7 +37,8 @@ TOTALS_MINIMUM: dict[str, float | None] = {
     "busbw_gbps_p50": 0, "comm_share_of_step_p50": 0, "codec_ms_p50": 0, "interference_ms_p50": None,
     "between_steps_ms_p50": None,
 }  # fmt: skip
-INTERVALS = ("exposed_ms_ci95", "overlap_pct_ci95", "interference_ms_ci95")  # [low, high], each a number or null (unbounded)
+# [low, high], each a number or null (unbounded)
+INTERVALS = ("exposed_ms_ci95", "overlap_pct_ci95", "interference_ms_ci95")
 
 
 @dataclass

@@ -81,18 +81,28 @@ class Candidate:
     @property
     def bucket_cap_mb(self) -> float | None:
         """train.py's --bucket-cap-mb for this candidate; None for DDP's default (and for a list)."""
-        return self.limits_bytes[-1] / MIB if self.kind == "cap" else None
+        return shortest_mb(self.limits_bytes[-1]) if self.kind == "cap" else None
 
     @property
     def label(self) -> str:
         if self.kind == "default":
             return "default (1, then 25 MiB)"
         if self.kind == "cap":
-            return f"{self.limits_bytes[-1] / MIB:g} MiB"
+            return f"{shortest_mb(self.limits_bytes[-1]):g} MiB"
         return f"list of {len(self.limits_bytes)}"
 
     def limits_mb(self) -> list[float]:
         return [round(limit / MIB, 6) for limit in self.limits_bytes]
+
+
+def shortest_mb(limit_bytes: int) -> float:
+    """The MiB with the fewest digits that DDP turns back into `limit_bytes` (int(MiB × 2**20)): a 0.1 MiB cap
+    is 104857 bytes, which is 0.0999994 MiB written out in full."""
+    for digits in range(1, 17):
+        mb = float(f"{limit_bytes / MIB:.{digits}g}")
+        if int(mb * MIB) == limit_bytes:
+            return mb
+    return limit_bytes / MIB
 
 
 def default_candidate(hook: str) -> Candidate:
