@@ -23,7 +23,8 @@ from harness.train.codec_probe import PROBE_DTYPES, probe_codec, probe_sizes
 from harness.train.grad_ready import GradReadyRecorder
 from harness.train.stamps import StepStamps
 from models import get_model_spec, trainable_parameters
-from tests.test_exposure import BACKWARD_SLEEP_S, SlowBackward
+from models.synthetic import sleep_in_backward
+from tests.test_exposure import BACKWARD_SLEEP_S
 from tests.train_runs import run_train
 
 MODEL = "resnet_tiny"
@@ -126,7 +127,7 @@ class TwoLayers(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         time.sleep(FORWARD_SLEEP_S)
-        return self.second(SlowBackward.apply(self.first(x)))
+        return self.second(sleep_in_backward(self.first(x), BACKWARD_SLEEP_S))
 
 
 FORWARD_SLEEP_S = 0.02
