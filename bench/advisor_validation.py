@@ -48,11 +48,16 @@ def workload_args(args: argparse.Namespace) -> list[str]:
     return extra
 
 
+def devices(args: argparse.Namespace, ranks: int) -> list[str]:
+    """train.py's --devices for `ranks` on loopback; none on two hosts, where torchrun gives each host one."""
+    return [] if args.two_hosts else ["--devices", str(ranks)]
+
+
 def run_base(args: argparse.Namespace, out: Path) -> Path:
     """The one measured run everything is predicted from: default cap, allreduce."""
     logdir = out / "base"
     schedule = [(1, {"--comm-hook": "allreduce"})]
-    train = ["--devices", str(args.nproc), *workload_args(args)]
+    train = [*devices(args, args.nproc), *workload_args(args)]
     run_schedule(args, schedule, logdir, train)
     found = sorted(logdir.glob("*/*/summary.json"))
     if not found:
@@ -109,7 +114,7 @@ def validate_grid(
     candidates = [default_candidate(h) for h in hooks] + [cap_candidate(c, h) for c in caps for h in hooks]
     configs = [config_of(c) for c in candidates]
     logdir = out / "grid"
-    train = ["--devices", str(args.nproc), *workload_args(args)]
+    train = [*devices(args, args.nproc), *workload_args(args)]
     run_schedule(args, grid.run_order(configs, args.repeat), logdir, train)
     steps = measured_steps(logdir)
     lines = [
@@ -162,7 +167,7 @@ def validate_world_sizes(
         pred = advice["current"]["predicted_step_ms"]
         logdir = out / f"world{n}"
         schedule = [(r, {"--comm-hook": "allreduce"}) for r in range(1, args.repeat + 1)]
-        run_schedule(args, schedule, logdir, ["--devices", str(n), *workload_args(args)])
+        run_schedule(args, schedule, logdir, [*devices(args, n), *workload_args(args)])
         runs = [s for v in measured_steps(logdir).values() for s in v]
         if not runs:
             lines.append(f"| {n} | {pred:.1f} | no run | | |")

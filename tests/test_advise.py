@@ -147,6 +147,25 @@ def test_inrun_fit_recovers_alpha_and_bus_bandwidth():
     assert network_from_run({"world_size": 2, "buckets": buckets[:1]}, "run") is None
 
 
+def test_inrun_fit_on_a_shaped_link_whose_buckets_queued():
+    """The two-host resnet50 run at 1000 Mbit/s (docs/BENCHMARKS.md, validation): every bucket after the first
+    waited behind another, so no line through two buckets keeps α ≥ 0. The step's bytes over its busy
+    communication time gave 0.1155 GB/s there (the link's 0.125 less headers); α is what the first bucket
+    took beyond its bytes at that rate."""
+    sizes_ms = [(8196000, 75.0), (31502336, 379.4), (26255360, 450.8), (26550272, 542.3), (9724160, 402.8)]
+    buckets = [
+        {"index": i, "bytes": s, "numel": s // 4, "time_ms_p50": t, "time_source": "cpu_clock"}
+        for i, (s, t) in enumerate(sizes_ms)
+    ]
+    summary = {"world_size": 2, "buckets": buckets, "totals": {"busbw_gbps_p50": 0.1155}}
+    network = network_from_run(summary, "run")
+    assert network.busbw_gbps == 0.1155
+    assert network.alpha_us == pytest.approx(75_000 - 8196000 / 0.1155e3)  # 4.04 ms
+    assert "busy-time bandwidth" in network.source
+    # Without the step's bandwidth the envelope is all there is: flat, β = ∞, as before.
+    assert network_from_run({"world_size": 2, "buckets": buckets}, "run").busbw_gbps == float("inf")
+
+
 def test_permutation_p():
     assert permutation_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(1 / 20)
     assert permutation_p([4.0, 5.0, 6.0], [1.0, 2.0, 3.0]) == pytest.approx(1.0)

@@ -152,7 +152,12 @@ def lower_envelope_fit(size_bytes: list[float], time_us: list[float]) -> tuple[f
 def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "constant") -> Network | None:
     """The α-β fit of the training's own all_reduce: the lower envelope (lower_envelope_fit) of each measured
     bucket's collective time (p50) against its bytes on the wire. None where it cannot be fitted: one rank
-    (nothing crossed a link), fewer than two distinct bucket sizes, or no bucket timed."""
+    (nothing crossed a link), fewer than two distinct bucket sizes, or no bucket timed.
+
+    Where the envelope is flat (no line through two buckets stays at or above α = 0: on a shaped link every
+    bucket after the first waited behind another, so time did not grow with bytes), the bandwidth is the
+    step's instead: its bytes over its busy communication time (busbw_gbps_p50, the link's rate within 10 %
+    on tbf-shaped links, docs/BENCHMARKS.md), and α the least any bucket took beyond its bytes at that rate."""
     world = summary.get("world_size") or 1
     points = [
         (b["bytes"], 1e3 * b["time_ms_p50"])
@@ -163,14 +168,20 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
     if fitted is None:
         return None
     alpha, beta, worst = fitted
+    busbw, how = busbw_from_beta(beta, world), "lower envelope"
+    step_busbw = summary.get("totals", {}).get("busbw_gbps_p50")
+    if math.isinf(beta) and is_finite(step_busbw) and step_busbw > 0:
+        busbw, how = step_busbw, "the step's busy-time bandwidth; α: the least any bucket took beyond it"
+        probe = Network(0.0, busbw, world)
+        alpha = max(0.0, min(t - probe.all_reduce_us(s, world) for s, t in points))
+        worst = max((t - Network(alpha, busbw, world).all_reduce_us(s, world)) / t for s, t in points)
     sources = sorted({b.get("time_source") or "?" for b in summary.get("buckets", [])})
     return Network(
         alpha_us=alpha,
-        busbw_gbps=busbw_from_beta(beta, world),
+        busbw_gbps=busbw,
         ref_world_size=world,
         alpha_scaling=alpha_scaling,
-        source=f"in-run fit (lower envelope) of {run}'s {len(points)} buckets ({world} ranks, "
-        f"{', '.join(sources)} times)",
+        source=f"in-run fit ({how}) of {run}'s {len(points)} buckets ({world} ranks, {', '.join(sources)} times)",
         fit_max_rel_error=worst,
         fit_range_bytes=(min(s for s, _ in points), max(s for s, _ in points)),
     )
