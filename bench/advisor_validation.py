@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import grid
-from harness.advise import config_of, measured_steps
+from harness.advise import config_of, measured_steps, measured_totals
 from harness.analysis.step_model import cap_candidate, default_candidate
 from harness.common.dist_env import NVLS_OFF_ENV
 from harness.common.failures import SignalLatch
@@ -111,15 +111,20 @@ def validate_grid(
     extra = ["--caps", ",".join(f"{c:g}" for c in caps), "--hooks", ",".join(hooks)]
     advice = advise_json(base, out, extra, sweep)
     predicted = {row_key(r): r["predicted_step_ms"] for r in advice["rows"] if r["kind"] != "list"}
+    predicted_exposed = {row_key(r): r["predicted_exposed_ms"] for r in advice["rows"] if r["kind"] != "list"}
     candidates = [default_candidate(h) for h in hooks] + [cap_candidate(c, h) for c in caps for h in hooks]
     configs = [config_of(c) for c in candidates]
     logdir = out / "grid"
     train = [*devices(args, args.nproc), *workload_args(args)]
     run_schedule(args, grid.run_order(configs, args.repeat), logdir, train)
     steps = measured_steps(logdir)
+    # Each run's exposed (forward+backward − its own compute-only): what communication cost it, free of the
+    # compute drift between runs that the step time carries.
+    exposed = measured_totals(logdir, "exposed_ms_p50")
     lines = [
-        f"| setting | predicted ms | measured ms (median of {args.repeat}) | runs | error |",
-        "|---|---:|---:|---|---:|",
+        f"| setting | predicted ms | measured ms (median of {args.repeat}) | runs | error | predicted exposed ms "
+        "| measured exposed ms (runs) |",
+        "|---|---:|---:|---|---:|---:|---|",
     ]
     errors, measured_median = [], {}
     for cand, config in zip(candidates, configs, strict=True):
@@ -133,17 +138,21 @@ def validate_grid(
         measured_median[key] = (median, runs)
         error = pred / median - 1
         errors.append(abs(error))
+        runs_exposed = ", ".join(f"{e:.1f}" for e in exposed.get(grid.run_name(args.model, config), []))
         lines.append(
             f"| {cand.label}, {cand.hook} | {pred:.1f} | {median:.1f} | {', '.join(f'{r:.1f}' for r in runs)} | "
-            f"{100 * error:+.1f} % |"
+            f"{100 * error:+.1f} % | {predicted_exposed.get(key, float('nan')):.1f} | {runs_exposed} |"
         )
     rec_key = row_key(advice["best_single_cap"])  # train.py runs one cap: the pick among what the grid ran
     best_key = min(measured_median, key=lambda k: measured_median[k][0])
     rec_runs = measured_median.get(rec_key, (float("nan"), []))[1]
     best_runs = measured_median[best_key][1]
     within = bool(rec_runs) and (rec_key == best_key or min(rec_runs) <= max(best_runs))
+    compute = [c for values in measured_totals(logdir, "compute_only_ms").values() for c in values]
     lines += [
         "",
+        f"- compute-only forward+backward over the grid's {len(compute)} runs: {min(compute):.1f} to "
+        f"{max(compute):.1f} ms (median {statistics.median(compute):.1f}): the machine's run-to-run drift",
         f"- median |error| {100 * statistics.median(errors):.1f} %, worst {100 * max(errors):.1f} % over "
         f"{len(errors)} settings (the base setting, default cap + allreduce, is anchored: its error is the noise "
         "between the base run and its repeats)",

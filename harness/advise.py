@@ -191,17 +191,22 @@ def repeated_args(settings: dict[str, Any]) -> list[str]:
 
 def measured_steps(logdir: Path) -> dict[str, list[float]]:
     """{run name: the step p50 of each of its completed versions} under `logdir` (<run name>/<version>/)."""
-    steps: dict[str, list[float]] = {}
+    return measured_totals(logdir, "step_ms_p50")
+
+
+def measured_totals(logdir: Path, key: str) -> dict[str, list[float]]:
+    """{run name: summary.json's totals[key] of each of its completed versions} under `logdir`."""
+    found: dict[str, list[float]] = {}
     for path in sorted(logdir.glob(f"*/*/{SUMMARY_FILE}")):
         try:
             summary = read_summary(path)
         except BadFile as err:
             say(PROG, f"verify: {err} (left out)")
             continue
-        step = summary["totals"].get("step_ms_p50")
-        if summary["completed"] and step is not None:
-            steps.setdefault(path.parent.parent.name, []).append(step)
-    return steps
+        value = summary["totals"].get(key)
+        if summary["completed"] and value is not None:
+            found.setdefault(path.parent.parent.name, []).append(value)
+    return found
 
 
 def verify(args: argparse.Namespace, summary: dict[str, Any], advice: Advice) -> dict[str, Any]:
