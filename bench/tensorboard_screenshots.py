@@ -6,7 +6,8 @@ Images and Text tabs, and one run's timeline.png, into docs/tensorboard/.
     python -m bench.tensorboard_screenshots --logdir DIR --reuse     # screenshots of the runs already in DIR
 
 Needs chromium on PATH (Debian: apt-get install -y chromium; run as root it needs --no-sandbox, which is passed).
-A documentation step, not a test: look at the pictures. Runs are named here (--run-name) to keep the columns short.
+A documentation step, not a test: look at the pictures. The runs have train.py's default names, as a user's do;
+the labels below are for this script's console only.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "docs" / "tensorboard"
 STEPS = 40
-# run name -> train.py options: the hooks at DDP's default cap, and two smaller caps for two of them.
+# label -> train.py options: the hooks at DDP's default cap, and two smaller caps for two of them.
 VARIANTS = {
     "allreduce-25": ["--comm-hook", "allreduce"],
     "allreduce-1": ["--comm-hook", "allreduce", "--bucket-cap-mb", "1"],
@@ -38,7 +39,7 @@ VARIANTS = {
     "powersgd-1": ["--comm-hook", "powersgd", "--bucket-cap-mb", "1"],
     "noop-25": ["--comm-hook", "noop"],
 }
-TIMELINE_RUN = "fp16-0.25"  # several buckets and a codec: its timeline.png is copied to docs/
+TIMELINE_RUN = "*-fp16-bucket0.25-*"  # several buckets and a codec: its timeline.png is copied to docs/
 # Tabs, each to <tab>.png. Not Time Series: its charts stay blank in headless Chromium without a GPU.
 TABS = ("scalars", "custom_scalars", "hparams", "images", "text")
 WINDOW = "1600,1000"
@@ -54,7 +55,7 @@ def train(logdir: Path) -> None:
     """The runs, one after another (each is two ranks on a 2-core machine)."""
     for name, args in VARIANTS.items():
         cmd = [sys.executable, str(REPO / "train.py"), "--model", "resnet_tiny", "--max-steps", str(STEPS)]
-        cmd += ["--logdir", str(logdir), "--run-name", name, "--no-progress-bar", *args]
+        cmd += ["--logdir", str(logdir), "--no-progress-bar", *args]
         started = time.monotonic()
         proc = subprocess.run(cmd, cwd=logdir.parent, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:

@@ -233,3 +233,13 @@ def test_nearest_samples_is_used_by_default():
     assert by_default == explicit
     with pytest.raises(ValueError, match="nearest"):
         reference_ms([1], [(1, 1.0)], nearest=0)
+
+
+def test_one_steps_overlap_is_the_same_as_the_arrays():
+    """The per-step float path and the array path of overlap_pct give the same values, edge cases included."""
+    exposed = [-3.0, 0.0, 2.5, 10.0, 15.0, math.nan, 4.0, 4.0]
+    comm = [10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 0.0, math.nan]
+    as_array = overlap_pct(np.array(exposed), np.array(comm))
+    one_by_one = [overlap_pct(e, c) for e, c in zip(exposed, comm, strict=True)]
+    np.testing.assert_array_equal(np.array(one_by_one), as_array)
+    assert one_by_one[:5] == [100.0, 100.0, 75.0, 0.0, 0.0]

@@ -3,7 +3,7 @@ train.py's names are tested in test_train_cli.py, compare's grouping and warning
 
 from __future__ import annotations
 
-from harness.common.run_identity import WORKLOAD_SETTINGS, workload, workload_hash
+from harness.common.run_identity import WORKLOAD_SETTINGS, trial_name, workload, workload_hash
 
 # summary.json's settings of `python train.py` on a CPU machine (TrainConfig.to_dict() once resolved), less
 # what is not part of the workload.
@@ -56,3 +56,11 @@ def test_an_older_summary_without_some_settings_still_has_an_identity():
     old = {key: value for key, value in DEFAULT_CPU_RUN.items() if key not in ("channels_last", "max_steps")}
     assert workload(old)["channels_last"] is None and len(workload_hash(old)) == 6
     assert workload_hash({}) == workload_hash({"model": None}), "nothing recorded: one unknown workload"
+
+
+def test_the_trial_name_is_the_hash_and_the_start_time_and_fits_tensorboards_column():
+    """The HParams tab's Trial ID column shows about 13 digits whole (docs/tensorboard/hparams.png)."""
+    assert trial_name(DEFAULT_CPU_RUN, "20261204-134512") == "67f637 134512"
+    assert trial_name(DEFAULT_CPU_RUN, "20261204-134512-2") == "67f637 134512-2", "a second run of that second"
+    assert trial_name({**DEFAULT_CPU_RUN, "batch_size": 8}, "20261204-134512") != "67f637 134512"
+    assert trial_name(DEFAULT_CPU_RUN, "my-version") == "67f637 my-version", "a version of another form, whole"

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 
 from harness.common import tags
+from harness.common.names import SUMMARY_FILE
+from harness.common.run_identity import workload_hash
 from harness.train.dashboards import custom_scalar_layout
 from harness.train.timeline import TIMELINE_FILE
 from tests.train_runs import BUCKET_TAGS, HEADLINE_TAGS, PROMISED_TAGS, train_env
@@ -144,7 +146,7 @@ def test_tensorboard_serves_runs_tags_hparams_and_layout(runs, tmp_path):
     try:
         assert set(request(port, "/data/runs")) == set(names.values())
         bucket_indices = check_scalar_tags(port, names)
-        check_hparams(port, names)
+        check_hparams(port, logdir, names)
         check_settings_text(port, names)
         check_timeline_image(port, logdir, names)
 
@@ -195,7 +197,7 @@ def check_scalar_tags(port: int, names: dict[str, str]) -> set[int]:
     return bucket_indices
 
 
-def check_hparams(port: int, names: dict[str, str]) -> None:
+def check_hparams(port: int, logdir: Path, names: dict[str, str]) -> None:
     """The settings that tell runs apart, in their order with their names shown, and the headline metrics."""
     experiment = request(port, "/data/plugin/hparams/experiment", {"experimentName": ""})
     assert [(info["name"], info["displayName"]) for info in experiment["hparamInfos"]] == HPARAM_NAMES
@@ -214,8 +216,14 @@ def check_hparams(port: int, names: dict[str, str]) -> None:
             "sliceSize": 100,
         },
     )
-    by_run = {group["name"]: group for group in groups["sessionGroups"]}
-    assert set(by_run) == set(names.values())
+    # One row per run, named by its short Trial ID (the settings hash and the start time), which TensorBoard's
+    # column shows whole (about 13 digits). Each row's one session is the run.
+    by_run = {group["sessions"][0]["name"]: group for group in groups["sessionGroups"]}
+    assert set(by_run) == set(names.values()) and all(len(g["sessions"]) == 1 for g in groups["sessionGroups"])
+    for run, group in by_run.items():
+        settings = json.loads((logdir / run / SUMMARY_FILE).read_text())["settings"]
+        started = run.split("/")[1]  # the version: YYYYmmdd-HHMMSS
+        assert group["name"] == f"{workload_hash(settings)} {started[9:]}", (run, group["name"])
     for variant, run in names.items():
         hparams = by_run[run]["hparams"]
         assert hparams["4_comm_hook"] == ("fp16" if variant == "fp16" else "allreduce")

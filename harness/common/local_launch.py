@@ -96,7 +96,8 @@ class _Children:
         self.procs = procs
 
     def alive(self) -> list:
-        return [p for p in self.procs if p.exitcode is None]
+        # A process that never started (its start raised) has no pid and nothing to signal.
+        return [p for p in self.procs if p.pid is not None and p.exitcode is None]
 
     def signal(self, signum: int) -> None:
         for proc in self.alive():

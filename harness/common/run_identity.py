@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,6 +71,21 @@ def workload_hash(settings: Mapping[str, Any]) -> str:
     workloads are equal (up to the odd collision), the same on every machine and in every Python."""
     text = json.dumps(workload(settings), sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:HASH_CHARS]
+
+
+# A version as train.py makes it (harness.train.config.claim_run_version): the start time, then -2, -3, ... for
+# runs of one name started in the same second.
+_STAMPED_VERSION = re.compile(r"\d{8}-(\d{6}(?:-\d+)?)")
+
+
+def trial_name(settings: Mapping[str, Any], version: str) -> str:
+    """The run's name in TensorBoard's HParams tab, whose Trial ID column shows about 13 digits whole: the settings
+    hash and the start time of day, `67f637 134512` for `...-67f637/20261204-134512` (with -2, -3, ... as the
+    version has it, which the column may cut). Unique in a log directory but for two runs of one workload started
+    at the same time of day on different days, which the tab shows as one row of two sessions. A version of
+    another form is kept whole after the hash."""
+    stamped = _STAMPED_VERSION.fullmatch(version)
+    return f"{workload_hash(settings)} {stamped[1] if stamped else version}"
 
 
 def _canonical(value: Any) -> Any:

@@ -53,6 +53,7 @@ from harness.common.failures import (
     failure_text,
 )
 from harness.common.names import WARMUP_STEPS
+from harness.common.run_identity import trial_name
 from harness.train import dashboards
 from harness.train import summary as run_summary
 from harness.train.calibration import Calibration, zero_gradients
@@ -484,7 +485,8 @@ class CommTimingCallback(pl.Callback):
 
             def write() -> None:
                 step_log.write_layout()
-                dashboards.write_hparams(step_log.writer, summary, step)
+                trial = trial_name(summary["settings"], Path(log_dir).name)
+                dashboards.write_hparams(step_log.writer, summary, step, trial)
                 dashboards.write_settings(step_log.writer, summary, step)
                 if png is not None:
                     write_png(step_log.writer, tags.TIMELINE_IMAGE, png, self._timeline[0].step)

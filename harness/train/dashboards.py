@@ -88,9 +88,11 @@ def hparam_values(summary: dict[str, Any]) -> dict[str, Any]:
     return {setting: settings.get(setting) for setting, _ in tags.HPARAMS}
 
 
-def write_hparams(writer: Any, summary: dict[str, Any], step: int) -> None:
+def write_hparams(writer: Any, summary: dict[str, Any], step: int, trial: str) -> None:
     """The HParams tab: the settings that tell runs apart, in tags.HPARAMS' order and names, and the headline
-    medians as its metrics (scalars at `step`). The session's status is the run's: success if it completed."""
+    medians as its metrics (scalars at `step`). The session's status is the run's: success if it completed.
+    `trial` is the row's Trial ID (run_identity.trial_name): without one, TensorBoard shows the run's path, which
+    its column cuts to the first 15 characters, the model's name and little more."""
     experiment = api_pb2.Experiment(
         hparam_infos=[
             api_pb2.HParamInfo(name=tags.hparam_name(setting), display_name=shown, type=_hparam_type(setting))
@@ -101,7 +103,8 @@ def write_hparams(writer: Any, summary: dict[str, Any], step: int) -> None:
             for key, shown in tags.HPARAM_METRICS
         ],
     )
-    start = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time())  # no group: TensorBoard names it the run
+    # TensorBoard makes sessions of one group_name one row, so the name must be unique to the run.
+    start = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time(), group_name=trial)
     for setting, value in hparam_values(summary).items():
         if isinstance(value, str):
             start.hparams[tags.hparam_name(setting)].string_value = value

@@ -4,6 +4,11 @@ single event, a PNG as an image, Markdown as text, or any ready-made Summary.
 `SummaryWriter.add_scalar` builds one event per scalar: about 40 µs each, over a millisecond a step for
 the ~30 tags of a 5-bucket model, paid on the training loop's thread. One Summary holding every value of
 the step costs a tenth of that, and TensorBoard reads it exactly as it reads separate events.
+
+Every event record carries two CRC-32C checksums, which TensorBoard computes in pure Python where TensorFlow is
+not installed: about 0.3 ms per KiB, on the event writer's thread but holding the GIL, so a 2 KiB step event
+cost the training loop about 0.6 ms a step. `use_fast_event_checksums` hands them to google-crc32c's C code
+(0.3 µs for 2 KiB); the bytes written are the same.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from tensorboard.compat.proto.tensor_pb2 import TensorProto
 from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
 from tensorboard.compat.proto.types_pb2 import DT_STRING
 from tensorboard.plugins.text import metadata as text_metadata
+from tensorboard.summary.writer import record_writer
 
 
 def histogram_proto(values: Sequence[float]) -> HistogramProto:
@@ -70,3 +76,22 @@ def write_summary(writer: Any, summary: Summary, step: int) -> None:
     """Write `summary` at `step`. SummaryWriter's file writer is where add_scalar itself ends up; going there
     directly skips the per-value event construction."""
     writer._get_file_writer().add_summary(summary, global_step=step)
+
+
+def use_fast_event_checksums() -> bool:
+    """Have TensorBoard's event writer (torch's SummaryWriter, and so Lightning's logger) checksum its records with
+    google-crc32c's C code. False, and nothing changed, where that package or its C build is missing."""
+    try:
+        import google_crc32c
+    except ImportError:
+        return False
+    if google_crc32c.implementation != "c":  # its pure-Python fallback is no faster than TensorBoard's
+        return False
+
+    def masked_crc32c(data: bytes) -> int:
+        # TFRecord's masking of the CRC (tensorboard.compat.tensorflow_stub.pywrap_tensorflow.masked_crc32c).
+        crc = google_crc32c.value(data)
+        return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+    record_writer.masked_crc32c = masked_crc32c
+    return True

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Issues 10 and 11 on one GPU, in one device call (docs/BENCHMARKS.md, "The harness's cost after the event
+# checksums moved to C"):
+#   1. TensorBoard's event checksum on this host: its pure-Python CRC-32C against google-crc32c's C code, on
+#      records the size of a resnet50 step's event;
+#   2. a 1000-step train.py run (resnet50 bf16 b128): the harness's cost lines (issue 10's < 2 % of the run);
+#   3. bench.vs_plain pairs: train.py against the hand-written loop, process by process (issue 11).
+# Usage: OUT=dir bash bench/gpu_overhead.sh [pairs] [batch] [long-run steps, 0: none]
+# google-crc32c is installed from ./.wheels (pip download it there) where the image lacks it and has no index.
+set -u
+PAIRS=${1:-5}
+BATCH=${2:-128}
+LONG=${3:-1000}
+OUT=${OUT:-out}
+RUNS=${RUNS:-/tmp/gpu_overhead}
+mkdir -p "$OUT" "$RUNS"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+python -c "import google_crc32c" 2>/dev/null ||
+  python -m pip install -q --no-index --find-links .wheels google-crc32c 2>&1 | tail -2
+python - <<'PY'
+import os, time
+import google_crc32c
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+data = os.urandom(2400)  # a resnet50 step's event: ~50 scalars and a histogram
+def per_call_us(fn, n):
+    start = time.perf_counter()
+    for _ in range(n):
+        fn(data)
+    return (time.perf_counter() - start) / n * 1e6
+print(f"# CRC-32C of {len(data)} B on this host: TensorBoard's pure Python {per_call_us(masked_crc32c, 200):.1f} us, "
+      f"google-crc32c ({google_crc32c.implementation}) {per_call_us(google_crc32c.value, 20000):.2f} us")
+PY
+if [ "$LONG" -gt 0 ]; then
+  python train.py --model resnet50 --batch-size "$BATCH" --max-steps "$LONG" --logdir "$RUNS/runs" \
+    --run-name long >"$RUNS/long.log" 2>&1
+  echo "== train.py $LONG steps (exit $?)"; grep '^#' "$RUNS/long.log" | grep -v '^# train.py' | head -24
+  cp "$RUNS"/runs/long/*/summary.json "$OUT/long_b$BATCH.json" 2>/dev/null
+  ls -l "$RUNS"/runs/long/*/events.out.tfevents.* | awk '{print "# event file bytes:", $5}'
+fi
+python -m bench.vs_plain --model resnet50 --batch-size "$BATCH" --pairs "$PAIRS" --out "$OUT/pairs_b$BATCH.jsonl" \
+  2>&1 | tail -25
