@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-import torchvision
 from torch import nn
 
 from harness.common.cli import UsageError
@@ -140,11 +139,12 @@ def _as_generator(generator_or_seed: torch.Generator | int, device: torch.device
     return generator
 
 
-def _torchvision_cnn(name: str, constructor: Callable[..., nn.Module]) -> ModelSpec:
+def _torchvision_cnn(name: str) -> ModelSpec:
+    """torchvision.models.<name>, built with random weights (imported only then: vision.py says why)."""
     return ModelSpec(
         name=name,
         kind="image",
-        builder=functools.partial(vision.build_torchvision, constructor),
+        builder=functools.partial(vision.build_torchvision, name),
         num_classes=vision.IMAGENET_CLASSES,
         default_image_size=vision.IMAGENET_SIZE,
     )
@@ -162,11 +162,11 @@ def _gpt(name: str, config: gpt.GPTConfig) -> ModelSpec:
 
 
 MODELS: dict[str, ModelSpec] = {
-    "resnet18": _torchvision_cnn("resnet18", torchvision.models.resnet18),
-    "resnet50": _torchvision_cnn("resnet50", torchvision.models.resnet50),
-    "resnet101": _torchvision_cnn("resnet101", torchvision.models.resnet101),
-    "resnet152": _torchvision_cnn("resnet152", torchvision.models.resnet152),
-    "convnext_tiny": _torchvision_cnn("convnext_tiny", torchvision.models.convnext_tiny),
+    "resnet18": _torchvision_cnn("resnet18"),
+    "resnet50": _torchvision_cnn("resnet50"),
+    "resnet101": _torchvision_cnn("resnet101"),
+    "resnet152": _torchvision_cnn("resnet152"),
+    "convnext_tiny": _torchvision_cnn("convnext_tiny"),
     "vit_b_16": ModelSpec(
         name="vit_b_16",
         kind="image",

@@ -1,13 +1,14 @@
-"""Image classifiers (torchvision's, with random weights, plus tiny flavors) and synthetic image batches."""
+"""Image classifiers (torchvision's, with random weights, plus tiny flavors) and synthetic image batches.
+
+torchvision is imported where a model is built, not with this module: its import takes about 2 s (its ops import
+torch._dynamo), which train.py's launcher, the CLIs that only read the registry, and the --help would otherwise
+pay before doing anything.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
-import torchvision
 from torch import nn
-from torchvision.models.resnet import BasicBlock
 
 IMAGENET_CLASSES = 1000
 IMAGENET_SIZE = 224  # the side torchvision's models are published at
@@ -21,19 +22,26 @@ VIT_B_16_PATCH = 16  # the "16" in ViT-B/16: the image side must be a multiple o
 VIT_TINY_PATCH = 8
 
 
-def build_torchvision(constructor: Callable[..., nn.Module], image_size: int) -> nn.Module:
-    """A torchvision CNN with random weights. Adaptive pooling lets it take any image size ≥ 32."""
+def build_torchvision(name: str, image_size: int) -> nn.Module:
+    """torchvision's CNN `name` (torchvision.models.resnet50, ...) with random weights. Adaptive pooling lets it take
+    any image size ≥ 32."""
+    import torchvision
+
     del image_size  # the parameters do not depend on it
-    return constructor(weights=None)
+    return getattr(torchvision.models, name)(weights=None)
 
 
 def build_vit_b_16(image_size: int) -> nn.Module:
     """torchvision's ViT-B/16 with random weights; its position embedding is sized for `image_size`."""
+    import torchvision
+
     return torchvision.models.vit_b_16(weights=None, image_size=image_size)
 
 
 def build_vit_tiny(image_size: int) -> nn.Module:
     """A two-layer torchvision VisionTransformer, 64 wide: the ViT code path at test size."""
+    import torchvision
+
     return torchvision.models.VisionTransformer(
         image_size=image_size,
         patch_size=VIT_TINY_PATCH,
@@ -53,6 +61,8 @@ class TinyResNet(nn.Module):
     """
 
     def __init__(self, num_classes: int = TINY_CLASSES, widths: tuple[int, ...] = TINY_RESNET_WIDTHS) -> None:
+        from torchvision.models.resnet import BasicBlock
+
         super().__init__()
         self.stem = nn.Sequential(
             nn.Conv2d(3, widths[0], kernel_size=3, padding=1, bias=False),
