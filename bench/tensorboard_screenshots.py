@@ -1,6 +1,7 @@
 """TensorBoard as a user sees it, for the README: ten tiny train.py runs on CPU (resnet_tiny on 2 gloo ranks, the
 hook and the bucket cap varied), then headless Chromium's screenshots of the Scalars, Custom Scalars, HParams,
-Images and Text tabs, and one run's timeline.png, into docs/tensorboard/.
+Images and Text tabs, and one run's timeline.png, into docs/tensorboard/; compare's stacked bars of the ten runs into
+docs/compare_steps.png.
 
     python -m bench.tensorboard_screenshots                          # about 5 minutes on a 2-core machine
     python -m bench.tensorboard_screenshots --logdir DIR --reuse     # screenshots of the runs already in DIR
@@ -39,6 +40,8 @@ VARIANTS = {
     "powersgd-1": ["--comm-hook", "powersgd", "--bucket-cap-mb", "1"],
     "noop-25": ["--comm-hook", "noop"],
 }
+COMPARE_BASELINE = "*-allreduce-bucketdefault-*"
+COMPARE_PLOT = REPO / "docs" / "compare_steps.png"
 TIMELINE_RUN = "*-fp16-bucket0.25-*"  # several buckets and a codec: its timeline.png is copied to docs/
 # Tabs, each to <tab>.png. Not Time Series: its charts stay blank in headless Chromium without a GPU.
 TABS = ("scalars", "custom_scalars", "hparams", "images", "text")
@@ -98,6 +101,14 @@ def screenshot(url: str, path: Path) -> None:
     print(f"# {path.relative_to(REPO)}", flush=True)
 
 
+def plot_comparison(logdir: Path) -> None:
+    """compare's stacked bars of the same runs, against the allreduce run at DDP's default cap."""
+    (baseline,) = (path.name for path in logdir.glob(COMPARE_BASELINE))
+    cmd = [sys.executable, "-m", "harness.compare", str(logdir), "--baseline", baseline, "--plot", str(COMPARE_PLOT)]
+    subprocess.run(cmd, cwd=REPO, capture_output=True, check=True, timeout=300)
+    print(f"# {COMPARE_PLOT.relative_to(REPO)} (against {baseline})", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logdir", type=Path, help="where the runs go (default: a new temporary directory)")
@@ -115,6 +126,7 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    plot_comparison(logdir)
     (timeline,) = logdir.glob(f"{TIMELINE_RUN}/*/timeline.png")
     shutil.copyfile(timeline, OUT / "timeline.png")
     print(f"# {(OUT / 'timeline.png').relative_to(REPO)} (from {TIMELINE_RUN})", flush=True)

@@ -276,6 +276,18 @@ def test_compare_reads_a_summary_with_a_byte_order_mark(tmp_path):
     assert row.complete and row.values["step_ms"] == 40.0 and row.note == ""
 
 
+def test_compare_reads_a_noop_run_whole(tmp_path):
+    """The noop hook sends nothing: its buckets hold 0 bytes, and the run is the A/B's baseline, not a damaged
+    file (compare had called it incomplete and fallen back to its events, losing its bucket cap)."""
+    noop = summary(bucket_bytes=0)
+    noop["settings"]["comm_hook"] = "noop"
+    noop["totals"].update(comm_ms_p50=0.0, busbw_gbps_p50=0.0, exposed_ms_p50=None, overlap_pct_p50=None)
+    noop["buckets"][0].update(numel=1_000_000, time_ms_p50=0.0, time_ms_p90=0.0, busbw_gbps_p50=0.0)
+    write_run(tmp_path / "runs", "noop", noop)
+    (row,) = build_rows(load_runs([str(tmp_path / "runs")]))
+    assert row.complete and row.note == "" and row.values["step_ms"] == 40.0 and row.values["comm_ms"] == 0.0
+
+
 def test_compare_huge_but_finite_numbers_stay_readable(tmp_path, capsys):
     """A step of 1e300 ms is kept (finite, >= 0) but shown in exponent form, and a change that overflows is
     unknown rather than +inf%."""
