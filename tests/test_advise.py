@@ -143,6 +143,9 @@ def test_inrun_fit_recovers_alpha_and_bus_bandwidth():
     network = network_from_run({"world_size": 4, "buckets": buckets}, "run")
     assert network.alpha_us == pytest.approx(500, rel=1e-6)
     assert network.busbw_gbps == pytest.approx(4.0, rel=1e-6)
+    # A line that gives the buckets' times keeps them, whatever the step's busy-time bandwidth (lower: it holds α).
+    with_step = network_from_run({"world_size": 4, "buckets": buckets, "totals": {"busbw_gbps_p50": 3.0}}, "run")
+    assert with_step.busbw_gbps == pytest.approx(4.0, rel=1e-6) and "lower envelope" in with_step.source
     assert network_from_run({"world_size": 1, "buckets": buckets}, "run") is None
     assert network_from_run({"world_size": 2, "buckets": buckets[:1]}, "run") is None
 
@@ -164,6 +167,26 @@ def test_inrun_fit_on_a_shaped_link_whose_buckets_queued():
     assert "busy-time bandwidth" in network.source
     # Without the step's bandwidth the envelope is all there is: flat, β = ∞, as before.
     assert network_from_run({"world_size": 2, "buckets": buckets}, "run").busbw_gbps == float("inf")
+
+
+def test_inrun_fit_held_by_a_slow_small_bucket_takes_the_busy_time_line():
+    """The known-answer run (sleep_chain, 2 hosts, tbf 800 Mbit/s) that CI caught on 2026-12-04: its 16 KB bucket
+    took 40.7 ms, 4.2 MB took 44.4 ms, so the envelope's line through them said α = 40.7 ms and 1.15 GB/s (twelve
+    times the link) and put the 29 MB bucket's 310 ms at 66: the buckets' summed time 62 % short, and advise picked
+    25 MiB allreduce. The link is the step's busy-time 0.095 GB/s; the run's other buckets held the envelope up
+    before, and a line that gives the buckets' times stays (test_inrun_fit_recovers_alpha_and_bus_bandwidth)."""
+    sizes_ms = [(4239400, 44.4), (29388800, 309.9), (16384, 40.7)]
+    buckets = [
+        {"index": i, "bytes": s, "numel": s // 4, "time_ms_p50": t, "time_source": "cpu_clock"}
+        for i, (s, t) in enumerate(sizes_ms)
+    ]
+    envelope = network_from_run({"world_size": 2, "buckets": buckets}, "run")
+    assert envelope.busbw_gbps > 1.0 and envelope.alpha_us == pytest.approx(40_700, rel=0.01)
+    network = network_from_run({"world_size": 2, "buckets": buckets, "totals": {"busbw_gbps_p50": 0.09496}}, "run")
+    assert network.busbw_gbps == 0.09496 and network.alpha_us == 0.0
+    assert "missed the buckets' summed time by 62%" in network.source
+    predicted = sum(network.all_reduce_us(s, 2) for s, _ in sizes_ms) / 1e3
+    assert predicted == pytest.approx(sum(t for _, t in sizes_ms), rel=0.12)  # 354 ms against 395 measured
 
 
 def test_permutation_p():

@@ -149,13 +149,32 @@ def lower_envelope_fit(size_bytes: list[float], time_us: list[float]) -> tuple[f
     return alpha, (math.inf if gamma == 0 else 1.0 / (gamma * 1e3)), worst
 
 
+# Where the lower envelope's line gives the buckets' summed time wrong by more than this, the line is held by small
+# buckets that do not scale, and the step's busy-time line is taken instead if it misses the summed time by less.
+# On a tbf-shaped link (the known-answer run CI caught, 2026-12-04) a 16 KB bucket took 40.7 ms and a 4.2 MB one
+# 44.4: α = 40.7 ms, B = 1.15 GB/s, twelve times the link, the 29 MB bucket's 310 ms put at 66, the summed time
+# 62 % short, and the pick was 25 MiB allreduce; with the busy-time line, 1 MiB fp16 as worked out. At 25 % the
+# resnet50 loopback validation grid (envelope 29 % short) switched too and got worse (median |error| 5.7 → 7.5 %,
+# worst 14.6 → 22.8 %), hence half.
+ENVELOPE_SUMMED_ERROR_LIMIT = 0.5
+
+
+def _summed_time_error(network: Network, points: list[tuple[float, float]]) -> float:
+    """|Σ predicted − Σ measured| / Σ measured over the buckets' (bytes, µs): what a prediction of the step's
+    communication, which adds the buckets' times, gets wrong."""
+    world = network.ref_world_size
+    measured = sum(t for _, t in points)
+    return abs(sum(network.all_reduce_us(s, world) for s, _ in points) - measured) / measured
+
+
 def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "constant") -> Network | None:
     """The α-β fit of the training's own all_reduce: the lower envelope (lower_envelope_fit) of each measured
     bucket's collective time (p50) against its bytes on the wire. None where it cannot be fitted: one rank
     (nothing crossed a link), fewer than two distinct bucket sizes, or no bucket timed.
 
     Where the envelope is flat (no line through two buckets stays at or above α = 0: on a shaped link every
-    bucket after the first waited behind another, so time did not grow with bytes), the bandwidth is the
+    bucket after the first waited behind another, so time did not grow with bytes), or its line misses the buckets'
+    summed time by more than ENVELOPE_SUMMED_ERROR_LIMIT where the other misses it by less, the bandwidth is the
     step's instead: its bytes over its busy communication time (busbw_gbps_p50, the link's rate within 10 %
     on tbf-shaped links, docs/BENCHMARKS.md), and α the least any bucket took beyond its bytes at that rate."""
     world = summary.get("world_size") or 1
@@ -170,11 +189,17 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
     alpha, beta, worst = fitted
     busbw, how = busbw_from_beta(beta, world), "lower envelope"
     step_busbw = summary.get("totals", {}).get("busbw_gbps_p50")
-    if math.isinf(beta) and is_finite(step_busbw) and step_busbw > 0:
-        busbw, how = step_busbw, "the step's busy-time bandwidth; α: the least any bucket took beyond it"
-        probe = Network(0.0, busbw, world)
-        alpha = max(0.0, min(t - probe.all_reduce_us(s, world) for s, t in points))
-        worst = max((t - Network(alpha, busbw, world).all_reduce_us(s, world)) / t for s, t in points)
+    if is_finite(step_busbw) and step_busbw > 0:
+        probe = Network(0.0, step_busbw, world)
+        busy_alpha = max(0.0, min(t - probe.all_reduce_us(s, world) for s, t in points))
+        busy = Network(busy_alpha, step_busbw, world)
+        envelope_error = math.inf if math.isinf(beta) else _summed_time_error(Network(alpha, busbw, world), points)
+        if envelope_error > ENVELOPE_SUMMED_ERROR_LIMIT and _summed_time_error(busy, points) < envelope_error:
+            how = "the step's busy-time bandwidth; α: the least any bucket took beyond it"
+            if not math.isinf(beta):
+                how += f"; the lower envelope missed the buckets' summed time by {envelope_error:.0%}"
+            alpha, busbw = busy_alpha, step_busbw
+            worst = max((t - busy.all_reduce_us(s, world)) / t for s, t in points)
     sources = sorted({b.get("time_source") or "?" for b in summary.get("buckets", [])})
     return Network(
         alpha_us=alpha,
