@@ -87,8 +87,9 @@ def test_advise_finds_the_worked_answer(default_cap_run, tmp_path):
     # A per-bucket list can tie with 1 MiB (it merges buckets where κ charges their α), but train.py runs one cap:
     # the answer is checked on the best setting it can run.
     recommendation = result["best_single_cap"]
-    # It failed once in about 15 runs (2026-12-04, in a CI-like run with no output kept): the advice's own
-    # table goes with every assertion, so that the next miss says which pick it made and why.
+    # The advice's own table goes with every assertion, so that a miss says which pick it made and why. That is
+    # how the second miss (2026-12-04, 15:21 UTC) showed a 16 KB bucket holding the in-run fit at 1.15 GB/s on this
+    # 800 Mbit/s link (docs/BENCHMARKS.md, "A fragile in-run fit"), which network_from_run now catches.
     shown = f"{recommendation}\n{advise.stdout[-4000:]}"
     assert recommendation["hook"] in ("fp16", "bf16"), shown
     # A bucket closes once it reaches its cap, and one block's weight (4 MiB) already exceeds 1 MiB and 2 MiB:
