@@ -195,8 +195,8 @@ def build_trainer(
         if not use_fast_event_checksums() and dist_env.detect().rank == 0:
             say(
                 "train.py",
-                "TensorBoard checksums its events in pure Python here, about 0.3 ms per KiB on the training loop; "
-                "pip install google-crc32c (in requirements.txt) makes that 1000 times faster",
+                "TensorBoard checksums its events in pure Python here, about 0.3 ms per KiB, holding the GIL the "
+                "training loop needs; pip install google-crc32c (in requirements.txt) makes that 1000 times faster",
             )
         logger = TensorBoardLogger(
             save_dir=cfg.logdir,
