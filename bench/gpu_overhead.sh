@@ -5,7 +5,7 @@
 #      records the size of a resnet50 step's event;
 #   2. a 1000-step train.py run (resnet50 bf16 b128): the harness's cost lines (issue 10's < 2 % of the run);
 #   3. bench.vs_plain pairs: train.py against the hand-written loop, process by process (issue 11).
-# Usage: OUT=dir bash bench/gpu_overhead.sh [pairs] [batch] [long-run steps, 0: none]
+# Usage: OUT=dir [VARIANTS=a,b] [PAIRS_S=seconds] bash bench/gpu_overhead.sh [pairs] [batch] [long-run steps, 0: none]
 # google-crc32c is installed from ./.wheels (pip download it there) where the image lacks it and has no index.
 set -u
 PAIRS=${1:-5}
@@ -37,5 +37,6 @@ if [ "$LONG" -gt 0 ]; then
   cp "$RUNS"/runs/long/*/summary.json "$OUT/long_b$BATCH.json" 2>/dev/null
   ls -l "$RUNS"/runs/long/*/events.out.tfevents.* | awk '{print "# event file bytes:", $5}'
 fi
-python -m bench.vs_plain --model resnet50 --batch-size "$BATCH" --pairs "$PAIRS" --out "$OUT/pairs_b$BATCH.jsonl" \
-  2>&1 | tail -25
+# Pairs are appended to the .jsonl as each completes; PAIRS_S bounds this part, keeping the pairs done by then.
+timeout "${PAIRS_S:-3600}" python -m bench.vs_plain --model resnet50 --batch-size "$BATCH" --pairs "$PAIRS" \
+  ${VARIANTS:+--variants "$VARIANTS"} --out "$OUT/pairs_b$BATCH.jsonl" 2>&1 | tail -25

@@ -2,10 +2,13 @@
 
     torchrun --standalone --nproc-per-node 1 -m bench.plain_ddp --model resnet50 --batch-size 128 --steps 300
     torchrun --standalone --nproc-per-node 2 -m bench.plain_ddp --model resnet18 --batch-size 4 --image-size 64
+    torchrun --standalone --nproc-per-node 1 -m bench.plain_ddp --comm-hook allreduce   # torch's own Python hook
 
 What a user without the harness would write: the same registry model, synthetic batch on the device, SGD
 with momentum, DDP with its defaults, bf16 autocast and channels_last on the GPU (fp32 on the CPU),
-cudnn.benchmark on the GPU. Rank 0 prints one JSON line: wall ms per step from the start of step
+cudnn.benchmark on the GPU. With --comm-hook allreduce, torch's own `allreduce_hook` (untimed Python, the same
+sum DDP's built-in path runs) replaces DDP's built-in all_reduce: what any Python comm hook costs, the harness's
+timed one included, before it times anything. Rank 0 prints one JSON line: wall ms per step from the start of step
 --window-start to the start of the last step (the device drained at both ends), and the CPU ms per step of
 the main thread and of the whole process over the same window.
 """
@@ -21,13 +24,19 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from harness.common.dist_env import apply_safe_nccl_env
 from models import get_model_spec
 
+# --comm-hook: DDP's built-in all_reduce (C++), or torch's own Python allreduce_hook.
+COMM_HOOKS = ("builtin", "allreduce")
 
-def plain_loop(model_name: str, batch_size: int, image_size: int | None, device: torch.device) -> Callable[[], None]:
+
+def plain_loop(
+    model_name: str, batch_size: int, image_size: int | None, device: torch.device, comm_hook: str = "builtin"
+) -> Callable[[], None]:
     """One hand-written DDP training step for `model_name`, as a closure (the process group must exist)."""
     spec = get_model_spec(model_name)
     cuda = device.type == "cuda"
@@ -35,6 +44,8 @@ def plain_loop(model_name: str, batch_size: int, image_size: int | None, device:
     memory_format = torch.channels_last if cuda and spec.kind == "image" else torch.contiguous_format
     model = spec.build(image_size=image_size).to(device, memory_format=memory_format)
     ddp = DDP(model, device_ids=[device.index] if cuda else None)
+    if comm_hook == "allreduce":
+        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     inputs, targets = spec.make_batch(batch_size, device, dist.get_rank(), image_size=image_size)
     batch = (inputs.contiguous(memory_format=memory_format), targets)
@@ -77,6 +88,7 @@ def main() -> None:
     parser.add_argument("--image-size", type=int)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--window-start", type=int, default=50)
+    parser.add_argument("--comm-hook", choices=COMM_HOOKS, default="builtin")
     args = parser.parse_args()
     if not 0 <= args.window_start < args.steps - 1:
         parser.error("--window-start must be at least 0 and below --steps - 1")
@@ -88,7 +100,7 @@ def main() -> None:
     torch.backends.cudnn.benchmark = cuda
     dist.init_process_group("nccl" if cuda else "gloo")
     try:
-        step = plain_loop(args.model, args.batch_size, args.image_size, device)
+        step = plain_loop(args.model, args.batch_size, args.image_size, device, args.comm_hook)
         result = timed_run(step, args.steps, args.window_start, cuda)
         if dist.get_rank() == 0:
             print(json.dumps({"plain_ddp": result, "world_size": dist.get_world_size()}), flush=True)

@@ -4,12 +4,15 @@
     python -m bench.vs_plain --nproc 2 --model resnet18 --batch-size 4 --image-size 64 --steps 120 --window-start 30
     python -m bench.vs_plain --pairs 4 --variants all                       # train.py, then one change at a time
     python -m bench.vs_plain --pairs 4 --variants no_hook,lean --variant mine="--bucket-cap-mb 5"
+    python -m bench.vs_plain --pairs 8 --variants plain_torch_hook,lightning_alone    # where the gap comes from
 
 Each pair runs bench.plain_ddp, train.py as shipped, and every variant (train.py with other arguments), each
 under `torchrun --standalone --nproc-per-node N`, in an order that rotates from pair to pair so that a host
 that drifts favours none of them. The ready-made variants (VARIANTS, chosen with --variants) change one thing
 each, so that train.py's gap to the plain loop can be attributed; `lean` turns on every switch that lowers the
-harness's cost while it still measures communication. --variant NAME="ARGS" adds any other.
+harness's cost while it still measures communication. `plain_torch_hook` is the hand-written loop itself with
+torch's own untimed Python `allreduce_hook`: what any Python comm hook costs before anything is timed.
+--variant NAME="ARGS" adds any other train.py variant.
 
 All are timed over the same window, from the start of step --window-start to the start of the last step, by
 rank 0's own clocks read at both ends (the device drained there), nothing in between: wall time, the CPU time
@@ -52,6 +55,8 @@ VARIANTS: dict[str, list[str]] = {
     # ranks' skew are given up.
     "lean": ["--no-progress-bar", "--log-every", "50", "--calibration-steps", "0", "--gather-every", "0"],
 }
+# Variants of the hand-written loop itself (each a bench.plain_ddp argument list).
+PLAIN_VARIANTS: dict[str, list[str]] = {"plain_torch_hook": ["--comm-hook", "allreduce"]}
 # Per run: what its result holds, and the table's column for it.
 COLUMNS = {
     "ms_per_step": "ms/step",
@@ -73,8 +78,9 @@ def run(cmd: list[str], args: argparse.Namespace, what: str) -> subprocess.Compl
     return proc
 
 
-def plain_ms(args: argparse.Namespace) -> dict[str, float]:
+def plain_ms(args: argparse.Namespace, extra: list[str] | None = None) -> dict[str, float]:
     cmd = [*torchrun(args.nproc), "-m", "bench.plain_ddp", *common_args(args), "--steps", str(args.steps)]
+    cmd += extra or []
     proc = run([*cmd, "--window-start", str(args.window_start)], args, "the plain loop")
     line = next(line for line in proc.stdout.splitlines() if line.startswith('{"plain_ddp"'))
     return json.loads(line)["plain_ddp"]
@@ -121,10 +127,11 @@ def pick_variants(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     """train.py as shipped, the ready-made variants asked for (--variants), then the free-form ones (--variant)."""
     variants: dict[str, list[str]] = {"train.py": []}
     names = [name.strip() for name in (args.variants or "").split(",") if name.strip()]
-    for name in list(VARIANTS) if names == ["all"] else names:
-        if name not in VARIANTS:
-            parser.error(f"--variants: {name!r} is not known; choose from: all, {', '.join(VARIANTS)}")
-        variants[name] = VARIANTS[name]
+    known = {**VARIANTS, **PLAIN_VARIANTS}
+    for name in list(known) if names == ["all"] else names:
+        if name not in known:
+            parser.error(f"--variants: {name!r} is not known; choose from: all, {', '.join(known)}")
+        variants[name] = known[name]
     for spec in args.variant:
         name, _, extra = spec.partition("=")
         if not name or name in variants or name == "plain":
@@ -160,7 +167,8 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
         f"across the pairs ((max − min) / p50 = {spread:.1f} %: differences below that are noise)"
     )
     for name, extra in variants.items():
-        lines.append(f"# {name}: train.py {shlex.join(extra) or 'as shipped'}")
+        program = "bench.plain_ddp" if name in PLAIN_VARIANTS else "train.py"
+        lines.append(f"# {name}: {program} {shlex.join(extra) or 'as shipped'}")
     return "\n".join(lines)
 
 
@@ -173,7 +181,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--window-start", type=int, default=50)
     parser.add_argument("--pairs", type=int, default=8)
-    parser.add_argument("--variants", help=f"comma-separated, from: all, {', '.join(VARIANTS)}")
+    parser.add_argument("--variants", help=f"comma-separated, from: all, {', '.join([*VARIANTS, *PLAIN_VARIANTS])}")
     parser.add_argument("--variant", action="append", default=[], metavar='NAME="ARGS"',
                         help="also run train.py with these extra arguments in every pair")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600, help="seconds allowed for one run")
@@ -192,6 +200,8 @@ def main() -> None:
             for name in order:
                 if name == "plain":
                     row[name] = plain_ms(args)
+                elif name in PLAIN_VARIANTS:
+                    row[name] = plain_ms(args, variants[name])
                 else:
                     row[name] = train_ms(args, variants[name], Path(tmp), f"{name.replace('.', '_')}{pair}")
             rows.append(row)

@@ -7,7 +7,7 @@ import statistics
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from harness.train.calibration import Calibration, zero_gradients
+from harness.train.calibration import Calibration, average_gradients
 from harness.train.hook import make_hook_state, register_timed_hook
 from harness.train.step_stats import step_stats
 from models.synthetic import sleep_in_backward
@@ -66,8 +66,8 @@ def _exposure_worker(rank: int, world_size: int, case: str) -> dict:
     register_timed_hook(ddp, state)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9, weight_decay=1e-4)
 
-    # The same loop the training callback drives: calibration steps skip communication and zero their
-    # gradients before the optimizer step; later steps are measured against their compute-only time.
+    # The same loop the training callback drives: calibration steps skip communication in backward and average
+    # their gradients after it; later steps are measured against their compute-only time.
     calibration = Calibration(CALIBRATION_STEPS)
     for step in range(STEPS):
         state.stamps.end(step - 1)
@@ -76,7 +76,7 @@ def _exposure_worker(rank: int, world_size: int, case: str) -> dict:
         ddp(x).square().mean().backward()
         state.mark_backward_end()
         if state.skip_communication:
-            zero_gradients(ddp.parameters())
+            average_gradients(ddp.parameters())
         opt.step()
         opt.zero_grad(set_to_none=True)
     state.stamps.end(STEPS - 1)
@@ -102,7 +102,7 @@ def _exposure_worker(rank: int, world_size: int, case: str) -> dict:
 
 
 def _replicas_agree(ddp: DDP) -> bool:
-    """Calibration steps apply unsynchronised (zeroed) gradients: the replicas must still be identical."""
+    """Calibration steps average their gradients outside DDP: the replicas must still be identical."""
     flat = torch.cat([p.detach().flatten() for p in ddp.parameters()])
     gathered = [torch.empty_like(flat) for _ in range(torch.distributed.get_world_size())]
     torch.distributed.all_gather(gathered, flat)
@@ -134,3 +134,62 @@ def test_heavy_compute_hides_small_gradients(tmp_path):
         # Overlap % itself is not asserted: with a few ms of communication against 250 ms of compute, the
         # step-to-step noise of a loaded 2-core machine moves it across the whole range (0 to 100, where
         # step_stats.exposure clamps it).
+
+
+class SmallConvNet(torch.nn.Module):
+    """A channels-last convolution and two linear layers: gradients of several shapes and strides, in several
+    buckets, computed in a few milliseconds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1).to(memory_format=torch.channels_last)
+        self.fc1 = torch.nn.Linear(8 * 8 * 8, 256)
+        self.fc2 = torch.nn.Linear(256, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.tanh(self.fc1(torch.relu(self.conv(x)).flatten(1))))
+
+
+def _train_weights(calibration: Calibration, after_calibration_step) -> torch.Tensor:
+    """Train SmallConvNet for 9 steps under the timed hook, calibrating where `calibration` says and calling
+    `after_calibration_step(parameters)` there before the optimizer step; the final weights, flattened."""
+    rank = torch.distributed.get_rank()
+    torch.manual_seed(0)
+    model = SmallConvNet()
+    x = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(rank)).to(memory_format=torch.channels_last)
+    ddp = DDP(model, bucket_cap_mb=0.1)  # three buckets
+    state = make_hook_state("allreduce", ddp.module, use_cuda=False)
+    register_timed_hook(ddp, state)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    for step in range(9):
+        state.begin_step(step)
+        state.skip_communication = calibration.is_calibration_step(step)
+        ddp(x).square().mean().backward()
+        if state.skip_communication:
+            after_calibration_step(ddp.parameters())
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        state.stamps.end(step)
+    return torch.cat([p.detach().flatten() for p in ddp.parameters()])
+
+
+def _calibrated_training_worker(rank: int, world_size: int) -> dict:
+    calibrated = _train_weights(Calibration(2, 3), average_gradients)  # steps 2, 3, 5 and 8 calibrate
+    uncalibrated = _train_weights(Calibration(0), average_gradients)  # DDP's all_reduce on every step
+    dropped = _train_weights(Calibration(2, 3), lambda params: [p.grad.zero_() for p in params])
+    return {
+        "calibrated_equals_ddp": torch.equal(calibrated, uncalibrated),
+        "dropped_equals_ddp": torch.equal(dropped, uncalibrated),
+        "moved": float((calibrated - _train_weights(Calibration(0), average_gradients)).abs().max()),
+    }
+
+
+def test_calibration_steps_train_exactly_as_ddp_does(tmp_path):
+    # With two ranks the sum a/2 + b/2 is one addition, whatever the order, so averaging after backward gives
+    # DDP's own gradients bit for bit, and the weights of a run with calibration steps equal those of a run
+    # with none. Dropping a calibration step's gradients (zeroing them) leaves different weights, so the
+    # comparison can tell the two apart.
+    for res in run_workers(_calibrated_training_worker, 2, tmp_path):
+        assert res["calibrated_equals_ddp"], res
+        assert not res["dropped_equals_ddp"], res
+        assert res["moved"] == 0.0, res  # the uncalibrated run itself is deterministic

@@ -135,7 +135,10 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     # The table on stdout: one row per bucket, the interval and the verdict in words.
     assert "# Gradient communication: 2 ranks, gloo" in proc.stdout
     assert "95 % interval" in proc.stdout and totals["exposure_verdict"] in proc.stdout
-    assert "# harness overhead: calibration" in proc.stdout and "(4 of 12 steps)" in proc.stdout
+    assert (
+        "# harness overhead: calibration" in proc.stdout
+        and "all_reduce of 4 of 12 steps, run after backward" in proc.stdout
+    )
     # hparams live in the run's own event file (the HParams plugin's session data).
     assert "_hparams_/session_start_info" in acc.summary_metadata
     # The last measured step's timeline: a PNG beside summary.json, and the same image in the Images tab.

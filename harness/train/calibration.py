@@ -1,33 +1,37 @@
-"""The compute-only step, measured inside the training loop: steps with communication skipped, spread
-through the run.
+"""The compute-only step, measured inside the training loop: steps with communication skipped during backward,
+spread through the run.
 
 A calibration step runs the very same code path (Lightning, DDP, the timed hook) except that the hook skips
-the collective and each rank keeps its own gradients. Those gradients are zeroed before the optimizer step,
-so every rank applies the same update (momentum and weight decay act on state that was synchronised) and
-replicas never diverge; a calibration step makes no progress on the loss.
+the collective, so its forward + backward is the step without communication: the compute-only sample. Its
+gradients are then averaged across the ranks after backward (`average_gradients`: the all_reduce the hook
+skipped, divided by the world size as DDP's is), before the optimizer step, so a calibration step trains like
+any other and replicas never diverge. What it costs is that one all_reduce run after backward instead of
+hidden under it: nothing at world size 1, where there is nothing to average.
 
 The steps are a short block right after warm-up, then one every `every` steps: a host, its clocks and its
 allocator drift over a run, and a reference taken only at the start would charge that drift to communication.
 Each measured step is judged against the compute-only samples nearest to it in time (exposure_estimate.py):
 while training, the nearest of those taken so far; in the summary, the nearest on either side.
 
-With `every` = 75 a 1,000-step run spends 16 steps (1.6 %) calibrating, a 200-step run 5. The spread steps
-sit at first + 75·j, never on a multiple of 100, where DDP samples its own statistics (ddp_crosscheck.py).
+With `every` = 25 a 1,000-step run takes 43 samples, a 200-step run 11. The spread steps sit at first + 25·j,
+never on a step 100·k − 1, where DDP samples its own statistics after its first ten iterations (ddp_crosscheck.py
+compares those samples with measured steps).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import torch
+import torch.distributed as dist
 
 from harness.common.metrics import percentile
 from harness.common.names import WARMUP_STEPS
 from harness.train.exposure_estimate import reference_ms
 
 DEFAULT_BLOCK_STEPS = 3
-DEFAULT_EVERY = 75
+DEFAULT_EVERY = 25
 
 
 class Calibration:
@@ -77,8 +81,44 @@ class Calibration:
         return percentile(self.samples_ms, 50) if self.samples else math.nan
 
 
-def zero_gradients(parameters: Iterable[torch.nn.Parameter]) -> None:
-    """Zero the unsynchronised gradients of a calibration step before the optimizer sees them."""
+# The most gradient bytes averaged in one all_reduce: DDP's default bucket, so the transient flat copy stays small.
+AVERAGE_CHUNK_BYTES = 25 * 1024 * 1024
+
+
+def average_gradients(parameters: Iterable[torch.nn.Parameter], group: dist.ProcessGroup | None = None) -> None:
+    """Average a calibration step's gradients across the ranks, as DDP would have during backward: each rank's
+    gradient divided by the world size, then summed. Called after backward and before the optimizer step, on every
+    rank at the same point; a parameter without a gradient (unused this step) counts as zeros, as in DDP.
+
+    The gradients go in chunks of at most AVERAGE_CHUNK_BYTES, in parameter order (the same on every rank)."""
+    world_size = dist.get_world_size(group)
+    if world_size == 1:
+        return
+    grads = []
     for p in parameters:
-        if p.grad is not None:
-            p.grad.zero_()
+        if p.requires_grad:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
+    for chunk in _chunks(grads):
+        flat = torch.cat([g.reshape(-1) for g in chunk]).div_(world_size)
+        dist.all_reduce(flat, group=group)
+        for grad, averaged in zip(chunk, flat.split([g.numel() for g in chunk]), strict=True):
+            grad.copy_(averaged.view(grad.shape))
+
+
+def _chunks(grads: list[torch.Tensor]) -> Iterator[list[torch.Tensor]]:
+    """Consecutive gradients of one dtype and device, up to AVERAGE_CHUNK_BYTES each (a larger one alone)."""
+    chunk: list[torch.Tensor] = []
+    size = 0
+    for grad in grads:
+        nbytes = grad.numel() * grad.element_size()
+        if chunk and (
+            size + nbytes > AVERAGE_CHUNK_BYTES or (grad.dtype, grad.device) != (chunk[0].dtype, chunk[0].device)
+        ):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(grad)
+        size += nbytes
+    if chunk:
+        yield chunk

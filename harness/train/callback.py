@@ -56,7 +56,7 @@ from harness.common.names import WARMUP_STEPS
 from harness.common.run_identity import trial_name
 from harness.train import dashboards
 from harness.train import summary as run_summary
-from harness.train.calibration import Calibration, zero_gradients
+from harness.train.calibration import Calibration, average_gradients
 from harness.train.codec_probe import probe_codec
 from harness.train.config import NO_HOOK
 from harness.train.ddp_crosscheck import DDPStatsReader, compare_comm, ddp_samples_iteration, harness_comm_span_ms
@@ -64,7 +64,7 @@ from harness.train.failure_naming import step_activity, stop_reason
 from harness.train.grad_ready import GradReadyRecorder
 from harness.train.hook import TimedHookState, make_hook_state, max_bucket_count, register_timed_hook
 from harness.train.rank_gather import RankGatherer, RankSpread
-from harness.train.stamps import BACKWARD_START, OPTIMIZER_END, ResolvedStep
+from harness.train.stamps import BACKWARD_START, GRADS_AVERAGED, OPTIMIZER_END, ResolvedStep
 from harness.train.step_log import StepLog
 from harness.train.step_stats import RunAggregate, StepStats, step_stats
 from harness.train.tb_writer import write_png, write_step
@@ -263,8 +263,10 @@ class CommTimingCallback(pl.Callback):
             self.grad_ready.end_backward()  # removes the ready hooks: the next step carries none
         if self.ddp_reader is not None:
             self.ddp_reader.poll(self.state.step)
-        if self.state.skip_communication:
-            zero_gradients(pl_module.parameters())
+        if self.state.skip_communication and self.world_size > 1:
+            # The all_reduce the hook skipped, now that the compute-only sample is stamped: the step trains.
+            average_gradients(pl_module.parameters(), self.state.process_group)
+            self.state.stamps.mark(self.state.step, GRADS_AVERAGED)
         self.cpu_s["callback"] += time.thread_time() - cpu
 
     def on_train_batch_end(
@@ -296,7 +298,10 @@ class CommTimingCallback(pl.Callback):
             self.overhead_s["between_steps"] += resolved.gap_ms / 1e3
         if calibrating:
             self.calibration.add(resolved.step, resolved.fwd_bwd_ms)
-            self.overhead_s["calibration"] += resolved.step_ms / 1e3
+            # What calibrating cost this step: its gradients' all_reduce, run after backward, not under it.
+            averaged_ms = (resolved.marks or {}).get(GRADS_AVERAGED)
+            if averaged_ms is not None and resolved.fwd_bwd_ms is not None:
+                self.overhead_s["calibration"] += max(0.0, averaged_ms - resolved.fwd_bwd_ms) / 1e3
             self.aggregate.compute_only_ms = self.calibration.compute_only_ms
         stats = step_stats(
             resolved,

@@ -77,7 +77,7 @@ class TrainConfig:
     timeout_s: float = 600.0
     """Bound on the rendezvous and every collective (gloo raises; NCCL's watchdog aborts)."""
     calibration_steps: int = DEFAULT_BLOCK_STEPS
-    """Compute-only steps (communication skipped, gradients discarded) right after warm-up; 0: off."""
+    """Compute-only steps after warm-up (no communication in backward, gradients averaged after it); 0: off."""
     calibration_every: int = DEFAULT_EVERY
     """After that block, one compute-only step every this many steps, so drift cannot bias it; 0: the block only."""
     gather_every: int = 50
@@ -434,8 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--calibration-steps",
         type=int,
         default=_default("calibration_steps"),
-        help="steps after warm-up that skip communication and discard gradients, to time the compute-only "
-        "step for exposed communication (0: off)",
+        help="steps after warm-up whose backward skips communication, to time the compute-only step for "
+        "exposed communication; their gradients are averaged after backward, so they train (0: off)",
     )
     add(
         "--calibration-every",

@@ -40,6 +40,8 @@ CPU_CLOCK = "cpu_clock"
 # Extra stamps taken on the one step whose timeline is drawn (timeline.py), and on no other step.
 BACKWARD_START = "backward_start"  # Lightning's on_before_backward: the loss is computed
 OPTIMIZER_END = "optimizer_end"  # the optimizer step is done (Lightning's on_train_batch_end)
+# Taken on calibration steps at world size > 1: their gradients are averaged (calibration.average_gradients).
+GRADS_AVERAGED = "grads_averaged"
 
 
 class BucketContents(NamedTuple):
@@ -176,7 +178,8 @@ class StepStamps:
             self._backward_ends[step] = self.now()
 
     def mark(self, step: int, name: str) -> None:
-        """Stamp `name` in `step` now, replacing an earlier one (for the one step whose timeline is drawn)."""
+        """Stamp `name` in `step` now, replacing an earlier one (the drawn step's extra stamps, a calibration
+        step's end of averaging)."""
         if step not in self._starts:
             return
         marks = self._marks.setdefault(step, {})

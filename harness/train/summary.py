@@ -242,8 +242,9 @@ def format_table(summary: dict[str, Any]) -> str:
         between = overhead.get("between_steps", 0.0)
         run_s = overhead["all_steps"] + between
         lines.append(
-            f"# harness overhead: calibration {overhead['calibration']:.3f} s ({t['calibration_steps']} of "
-            f"{t['steps_measured'] + t['warmup_steps'] + t['calibration_steps']} steps), work between steps "
+            f"# harness overhead: calibration {overhead['calibration']:.3f} s (the gradient all_reduce of "
+            f"{t['calibration_steps']} of {t['steps_measured'] + t['warmup_steps'] + t['calibration_steps']} steps, "
+            "run after backward), work between steps "
             f"{between:.3f} s ({t['between_steps_ms_p50']:.2f} ms a step, rank gathers "
             f"{overhead['rank_gathers'] * 1e3:.1f} ms of it in {overhead['gathers']}): "
             f"{100 * (overhead['calibration'] + between) / run_s:.2f} % of the run's {run_s:.1f} s"
