@@ -29,9 +29,9 @@ from tests.train_runs import run_train
 
 MODEL = "resnet_tiny"
 BUCKET_CAP_MB = 0.1  # five buckets of resnet_tiny's 1.2 MB: several boundaries for the ready order to place
-CALIBRATION_STEPS = [2, 3, 4]  # after warm-up 0, 1; then measured 5..8
+TIMELINE_STEPS = [5, 6]  # after warm-up 0, 1 and the calibration block 2, 3, 4; then measured 7..9
 RUN = [
-    "--model", MODEL, "--max-steps", "9", "--calibration-steps", "3", "--calibration-every", "0",
+    "--model", MODEL, "--max-steps", "10", "--calibration-steps", "3", "--calibration-every", "0",
     "--accumulate-grad-batches", "2", "--bucket-cap-mb", str(BUCKET_CAP_MB), "--gather-every", "0",
     "--no-progress-bar",
 ]  # fmt: skip
@@ -83,7 +83,8 @@ def test_measured_ready_order_rebuilds_ddps_buckets(summary):
 def test_every_parameter_once_ready_within_backward(summary):
     timeline = summary["backward_timeline"]
     assert timeline["time_source"] == "cpu_clock"
-    assert timeline["samples"] == len(CALIBRATION_STEPS) and timeline["steps"] == CALIBRATION_STEPS
+    assert timeline["samples"] == len(TIMELINE_STEPS) and timeline["steps"] == TIMELINE_STEPS
+    assert summary["calibration_sample_steps"] == [2, 3, 4], "the timeline steps give no compute-only sample"
     expected = registry_parameters()
     assert [(p["index"], p["name"], p["numel"], p["itemsize"]) for p in timeline["params"]] == [
         (index, name, p.numel(), 4) for index, (name, p) in enumerate(expected)

@@ -22,7 +22,7 @@ from harness.train.trainer import WINDOW_LINE
 from tests.train_runs import REPO, run_train
 
 STEPS = 12
-# Warm-up 0, 1; a calibration block 2, 3 and none later; measured 4..11.
+# Warm-up 0, 1; a calibration block 2, 3, the timeline steps 4, 5 and none later; measured 6..11.
 CALIBRATION = ["--calibration-steps", "2", "--calibration-every", "0"]
 TINY = ["--model", "resnet_tiny", "--max-steps", str(STEPS), "--gather-every", "0", *CALIBRATION]
 
@@ -48,15 +48,15 @@ def test_log_every_writes_every_nth_step_and_the_summary_counts_all(tmp_path):
     for tag in (tags.STEP_MS, tags.COMM_MS, tags.bucket_tag(0, "time_ms"), tags.bucket_band_tags(0)[0]):
         assert [e.step for e in acc.Scalars(tag)] == [6, 9], tag
     assert [e.step for e in acc.Scalars(tags.WARMUP_STEP_MS)] == [0, 1]
-    assert [e.step for e in acc.Scalars(tags.CALIBRATION_STEP_MS)] == [2, 3]
+    assert [e.step for e in acc.Scalars(tags.CALIBRATION_STEP_MS)] == [2, 3, 4, 5]
     summary = only_summary(logdir)
-    assert summary["totals"]["steps_measured"] == 8
+    assert summary["totals"]["steps_measured"] == 6
     assert summary["settings"]["log_every"] == 3 and summary["settings"]["progress_bar"] is False
     # No bar: neither tqdm's rate nor the bar's fields anywhere in the output.
     assert "it/s" not in proc.stdout + proc.stderr and "comm_ms=" not in proc.stdout + proc.stderr
-    # The CPU cost over the window, from the start of step 4 (after warm-up and calibration) to that of step 11.
+    # The CPU cost over the window, from the start of step 6 (after warm-up and calibration) to that of step 11.
     overhead = summary["overhead_s"]
-    assert (overhead["cpu_window_first_step"], overhead["cpu_window_last_step"]) == (4, 11)
+    assert (overhead["cpu_window_first_step"], overhead["cpu_window_last_step"]) == (6, 11)
     assert 0 < overhead["harness_cpu_ms_per_step"] < overhead["loop_cpu_ms_per_step"]
     assert overhead["loop_cpu_ms_per_step"] <= overhead["process_cpu_ms_per_step"]
     assert overhead["progress_bar_cpu_ms_per_step"] == 0 and overhead["wall_ms_per_step"] > 0
@@ -100,7 +100,7 @@ def test_harness_off_is_lightning_alone_and_writes_nothing(tmp_path):
     line = next(line for line in proc.stdout.splitlines() if "# Lightning alone" in line)
     assert f"{STEPS} steps in" in line
     match = WINDOW_LINE.search(line)
-    assert match is not None and match.group(1, 2) == ("4", "11"), line
+    assert match is not None and match.group(1, 2) == ("6", "11"), line
     assert float(match.group(3)) > 0
     assert "Gradient communication" not in proc.stdout  # no table: no timing callback
     assert not [path for path in logdir.rglob("*")], "a --harness off run writes nothing"
@@ -154,14 +154,16 @@ def test_steps_not_logged_still_feed_the_bucket_bands():
 
 
 def test_progress_bar_says_when_the_run_is_calibrating():
-    # Warm-up 0, 1; a calibration block 2, 3, then one calibration step every 4 (6, 10, ...).
+    # Warm-up 0, 1; a calibration block 2, 3, the timeline steps 4, 5, then one calibration step every 4 (6, 10, ...).
     timing = CommTimingCallback("allreduce", 8, "image", {}, calibration_steps=2, calibration_every=4)
     timing._current_step = 0
     assert timing.progress_bar_metrics() == {"phase": "warm-up"}
     timing._current_step = 3
     assert timing.progress_bar_metrics() == {"phase": "calibrating"}  # nothing measured to show yet
-    timing.last_measured = stats(4)
     timing._current_step = 5
+    assert timing.progress_bar_metrics() == {"phase": "calibrating"}, "a timeline step calibrates too"
+    timing.last_measured = stats(4)
+    timing._current_step = 7
     # The fields that matter, no single step's exposed time (mostly noise; the end of the run gives its interval).
     assert timing.progress_bar_metrics() == {"images/s": "400", "step_ms": "10", "comm_ms": "2"}
     timing._current_step = 6

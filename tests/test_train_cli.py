@@ -43,7 +43,8 @@ def test_empty_argument_list_gives_cpu_defaults(tmp_path):
 def test_cost_switches_default_to_the_full_harness_and_reach_the_settings(tmp_path):
     cfg = parse_config(["--logdir", str(tmp_path)])
     assert (cfg.harness, cfg.log_every, cfg.progress_bar) == ("on", 1, True)
-    assert cfg.window_start == 2 + cfg.calibration_steps  # the first step after warm-up and calibration
+    # The first step after warm-up, the calibration block and the 2 timeline steps.
+    assert cfg.window_start == 2 + cfg.calibration_steps + 2
     lean = parse_config(["--logdir", str(tmp_path), "--comm-hook", "none", "--no-progress-bar", "--log-every", "50"])
     assert {k: lean.to_dict()[k] for k in ("comm_hook", "progress_bar", "log_every")} == {
         "comm_hook": "none",

@@ -35,10 +35,11 @@ def load_events(run_dir: Path) -> EventAccumulator:
 
 @pytest.mark.slow
 def test_two_process_run_writes_promised_tags(tmp_path):
-    # 2 warm-up steps (0, 1), a calibration block (2, 3) and one calibration step every 4 after it (6, 10):
-    # communication skipped there. The headline series hold the measured steps only.
-    steps = 12
-    calibration_steps, measured_steps = [2, 3, 6, 10], [4, 5, 7, 8, 9, 11]
+    # 2 warm-up steps (0, 1), a calibration block (2, 3), the 2 timeline steps (4, 5) and one calibration step
+    # every 4 after that (6, 10): communication skipped in backward there. The headline series hold the measured
+    # steps only; the timeline steps give no compute-only sample.
+    steps = 14
+    calibration_steps, timeline_steps, measured_steps = [2, 3, 6, 10], [4, 5], [7, 8, 9, 11, 12, 13]
     proc = run_train(
         [
             "--model", "resnet_tiny", "--max-steps", str(steps), "--bucket-cap-mb", "0.5", "--gather-every", "2",
@@ -54,7 +55,7 @@ def test_two_process_run_writes_promised_tags(tmp_path):
         assert tag in written, f"missing {tag}"
         assert [e.step for e in acc.Scalars(tag)] == measured_steps, tag
     assert [e.step for e in acc.Scalars(tags.WARMUP_STEP_MS)] == [0, 1]
-    assert [e.step for e in acc.Scalars(tags.CALIBRATION_STEP_MS)] == calibration_steps
+    assert [e.step for e in acc.Scalars(tags.CALIBRATION_STEP_MS)] == sorted(calibration_steps + timeline_steps)
     assert [e.step for e in acc.Scalars(tags.CALIBRATION_COMPUTE_ONLY_MS)] == calibration_steps
     buckets_per_step = [int(e.value) for e in acc.Scalars(tags.BUCKETS)]
     assert min(buckets_per_step) > 1, buckets_per_step
@@ -95,7 +96,7 @@ def test_two_process_run_writes_promised_tags(tmp_path):
             assert p10.value <= p50.value <= p90.value
     # Cross-rank gathers every 2 steps, on measured steps only.
     for tag in (tags.STEP_MS_SKEW, tags.SLOWEST_RANK, tags.BUSBW_FASTEST_RANK_GBPS):
-        assert [e.step for e in acc.Scalars(tag)] == [4, 8], tag
+        assert [e.step for e in acc.Scalars(tag)] == [8, 12], tag
     assert all(e.value in (0, 1) for e in acc.Scalars(tags.SLOWEST_RANK))
 
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -116,13 +117,15 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     assert check["compared_steps"] == len([s for s in measured_steps if s <= 9]), check
     assert sorted(int(s) for s in check["ratios_by_step"]) == [s for s in measured_steps if s <= 9]
     assert 0.98 <= check["median_ratio"] <= 1.5, check
-    assert check["excluded_samples"] == 5 and not check["mismatches"], check  # steps 0, 1 (warm-up), 2, 3, 6
+    assert check["excluded_samples"] == 7 and not check["mismatches"], check  # steps 0, 1 (warm-up), 2–6
     assert summary["calibration_sample_steps"] == calibration_steps and len(summary["calibration_samples_ms"]) == 4
     assert totals["compute_only_ms"] > 0 and totals["calibration_every"] == 4
     low, high = totals["exposed_ms_ci95"]
     assert low <= totals["exposed_ms_p50"] <= high
     assert isinstance(totals["exposure_resolved"], bool) and totals["exposure_verdict"]
-    assert totals["codec_ms_p50"] >= 0 and summary["last_rank_spread"]["step"] == 8
+    assert totals["codec_ms_p50"] >= 0 and summary["last_rank_spread"]["step"] == 12
+    assert totals["calibration_steps"] == 4 and totals["timeline_steps"] == 2
+    assert summary["backward_timeline"]["steps"] == timeline_steps
     overhead = summary["overhead_s"]
     assert overhead["gathers"] == 2 and overhead["calibration"] > 0 and overhead["between_steps"] > 0
     # Calibration is 4 of the run's steps, so it is a part of all steps' time, never all of it.
@@ -137,7 +140,7 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     assert "95 % interval" in proc.stdout and totals["exposure_verdict"] in proc.stdout
     assert (
         "# harness overhead: calibration" in proc.stdout
-        and "all_reduce of 4 of 12 steps, run after backward" in proc.stdout
+        and "all_reduce of 6 of 14 steps, run after backward" in proc.stdout
     )
     # hparams live in the run's own event file (the HParams plugin's session data).
     assert "_hparams_/session_start_info" in acc.summary_metadata

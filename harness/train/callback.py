@@ -56,7 +56,7 @@ from harness.common.names import WARMUP_STEPS
 from harness.common.run_identity import trial_name
 from harness.train import dashboards
 from harness.train import summary as run_summary
-from harness.train.calibration import Calibration, average_gradients
+from harness.train.calibration import TIMELINE_STEPS, Calibration, average_gradients
 from harness.train.codec_probe import probe_codec
 from harness.train.config import NO_HOOK
 from harness.train.ddp_crosscheck import DDPStatsReader, compare_comm, ddp_samples_iteration, harness_comm_span_ms
@@ -112,7 +112,7 @@ class CommTimingCallback(pl.Callback):
         self.settings = settings
         self.powersgd_rank = powersgd_rank
         self.bucket_cap_mb = bucket_cap_mb
-        self.calibration = Calibration(calibration_steps, calibration_every)
+        self.calibration = Calibration(calibration_steps, calibration_every, TIMELINE_STEPS)
         self.gather_every = gather_every  # 0: never
         self.log_every = log_every
         self.clock = clock  # harness.train.trainer.WindowClock: the window the CPU costs are given over
@@ -133,6 +133,7 @@ class CommTimingCallback(pl.Callback):
         self.cpu_s = {"callback": 0.0, "progress_bar": 0.0}
         self._cpu_at: dict[int, dict[str, float]] = {}
         self.gathers = 0
+        self.timeline_steps_run = 0  # timeline steps resolved (calibration.py): calibration steps with no sample
         self._current_step = -1
         self._step_log: StepLog | None = None  # rank 0's TensorBoard log; the other ranks write none
         self.timeline_step: int | None = None  # the step whose timeline rank 0 draws (None: none is drawn)
@@ -199,11 +200,11 @@ class CommTimingCallback(pl.Callback):
         self.aggregate = RunAggregate(world_size=self.world_size)
         if not self.timed_comm:  # calibration skips communication in the hook: without one, none
             self.calibration = Calibration(0)
-        elif 0 < trainer.max_steps <= self.calibration.first_step + self.calibration.steps:
+        elif 0 < trainer.max_steps <= self.calibration.setup_end:
             if trainer.is_global_zero:
                 print(f"# {trainer.max_steps} steps leave none after warm-up and calibration: exposed time is off")
             self.calibration = Calibration(0)
-        if self.calibration.steps > 0:
+        if self.calibration.timeline_steps > 0:
             self.grad_ready = GradReadyRecorder(ddp_model.module, self.state.param_names, self.state.stamps)
         if self.gather_every > 0 and self.world_size > 1:  # one rank has no skew to gather
             self.gatherer = RankGatherer(self.world_size)
@@ -227,7 +228,7 @@ class CommTimingCallback(pl.Callback):
         cpu = time.thread_time()
         step = trainer.global_step
         if step == self._current_step:  # a later micro-batch of the same optimizer step (gradient accumulation)
-            if self.grad_ready is not None and self.state.skip_communication:
+            if self._recording_timeline():
                 self.grad_ready.forward_start()
             return
         # The previous step ends here, before the harness's own work, which then lies between two steps.
@@ -238,7 +239,7 @@ class CommTimingCallback(pl.Callback):
         self.phase = "step"
         self._resolve_ready(upto=step - RESOLVE_LAG_STEPS)
         calibrating = self.calibration.is_calibration_step(step)
-        recording = self.grad_ready is not None and calibrating
+        recording = self.grad_ready is not None and self.calibration.is_timeline_step(step)
         if recording:
             self.grad_ready.begin(step)  # the ready hooks: registered before the step's clock starts
         self._step_open = True
@@ -251,8 +252,12 @@ class CommTimingCallback(pl.Callback):
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any) -> None:
         if self._current_step == self.timeline_step:  # the drawn step only: no other step pays for it
             self.state.stamps.mark(self._current_step, BACKWARD_START)
-        if self.grad_ready is not None and self.state.skip_communication:
+        if self._recording_timeline():
             self.grad_ready.backward_start()
+
+    def _recording_timeline(self) -> bool:
+        """Whether this step records the backward timeline (a timeline step, calibration.py)."""
+        return self.grad_ready is not None and self.calibration.is_timeline_step(self._current_step)
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
         # Backward is over and DDP has waited for every bucket's collective: what lies between the step's
@@ -298,6 +303,7 @@ class CommTimingCallback(pl.Callback):
             self.overhead_s["between_steps"] += resolved.gap_ms / 1e3
         if calibrating:
             self.calibration.add(resolved.step, resolved.fwd_bwd_ms)
+            self.timeline_steps_run += self.calibration.is_timeline_step(resolved.step)
             # What calibrating cost this step: its gradients' all_reduce, run after backward, not under it.
             averaged_ms = (resolved.marks or {}).get(GRADS_AVERAGED)
             if averaged_ms is not None and resolved.fwd_bwd_ms is not None:
@@ -309,6 +315,7 @@ class CommTimingCallback(pl.Callback):
             self.world_size,
             self.calibration.reference_ms(resolved.step),
             calibrating,
+            timeline=self.calibration.is_timeline_step(resolved.step),
         )
         self.aggregate.add(stats, resolved, self.state.bucket_contents)
         if self.ddp_reader is not None and ddp_samples_iteration(resolved.step + 1, self.ddp_reader.sample_rate):
@@ -460,6 +467,7 @@ class CommTimingCallback(pl.Callback):
             ddp_logging=run_summary.ddp_logging(trainer.strategy.model),
             ddp_crosscheck=self._ddp_crosscheck(),
             calibration_samples=self.calibration.samples,
+            timeline_steps=self.timeline_steps_run,
             calibration_every=self.calibration.every,
             bootstrap_draws=BOOTSTRAP_DRAWS if final else PARTIAL_BOOTSTRAP_DRAWS,
             last_rank_spread=self.last_spread.__dict__ if self.last_spread else None,

@@ -18,9 +18,9 @@ import torch
 
 from harness.common import dist_env
 from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, check_writable
-from harness.common.names import HOOK_NAMES, WARMUP_STEPS
+from harness.common.names import HOOK_NAMES
 from harness.common.run_identity import workload_hash
-from harness.train.calibration import DEFAULT_BLOCK_STEPS, DEFAULT_EVERY
+from harness.train.calibration import DEFAULT_BLOCK_STEPS, DEFAULT_EVERY, TIMELINE_STEPS, Calibration
 
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true")
 ACCELERATORS = ("auto", "cpu", "gpu")
@@ -203,7 +203,7 @@ class TrainConfig:
             if self.channels_last:
                 raise UsageError(f"--channels-last applies to image models; {self.model} takes tokens")
         if self.window_start is None:
-            self.window_start = WARMUP_STEPS + self.calibration_steps
+            self.window_start = Calibration(self.calibration_steps, 0, TIMELINE_STEPS).setup_end
         elif self.window_start >= self.max_steps - 1:
             raise UsageError(
                 f"--window-start {self.window_start} leaves no step to time: it must be below --max-steps - 1 "

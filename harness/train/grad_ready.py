@@ -2,10 +2,10 @@
 
 The advisor predicts the best bucket cap and hook from one run; for that it needs when each gradient becomes
 ready in backward, which no bucket timing shows (a bucket is ready when its last gradient is). During a
-calibration step (calibration.py) `GradReadyRecorder` registers a gradient hook (`Tensor.register_hook`) on
-every trainable parameter and takes it off entirely when backward is over, so measured steps carry no hook
-and pay nothing. Calibration steps skip communication, so their ready times are backward's own, undisturbed
-by collectives (gloo's threads take CPU cores; NCCL kernels take SMs).
+timeline step (a calibration step kept for it, calibration.py) `GradReadyRecorder` registers a gradient hook
+(`Tensor.register_hook`) on every trainable parameter and takes it off entirely when backward is over, so
+measured steps carry no hook and pay nothing. Calibration steps skip communication, so their ready times are
+backward's own, undisturbed by collectives (gloo's threads take CPU cores; NCCL kernels take SMs).
 
 Facts this rests on (checked with torch 2.14 on CPU, under DDP; tests/test_backward_timeline.py):
 - A parameter's gradient hook runs in its AccumulateGrad node when the gradient has been computed, just
@@ -78,10 +78,11 @@ class GradReadyRecorder:
 
     The callback calls, for a step to record: `begin` before the step's clock starts, `forward_start` at each
     micro-batch's start, `backward_start` before each backward, and `end_backward` once backward is over and
-    the compute-only sample's end is stamped; then `resolve` later, and `timeline` for the summary. Registering
-    and removing the hooks costs about 17 µs a parameter on a 2-core CPU (2.8 ms for resnet50), kept out of
-    the compute-only sample that way; the hooks' calls inside backward add about 5 µs a parameter to it
-    (0.2 ms of resnet_tiny's 16 ms).
+    the backward's end is stamped; then `resolve` later, and `timeline` for the summary. Registering and removing
+    the hooks costs about 17 µs a parameter on a 2-core CPU (2.8 ms for resnet50), outside the step's clock that
+    way; the hooks' calls inside backward add about 5 µs a parameter on that CPU (0.2 ms of resnet_tiny's 16 ms),
+    and a CUDA event each on the GPU. So the steps recorded are calibration.py's timeline steps, which give no
+    compute-only sample.
     """
 
     def __init__(self, module: torch.nn.Module, param_names: dict[int, str], stamps: StepStamps) -> None:

@@ -98,7 +98,10 @@ class StepLog:
 
 
 def setup_scalars(stats: StepStats) -> dict[str, float]:
-    """A warm-up or calibration step: its own time, and for calibration the compute-only sample it gave."""
+    """A warm-up or calibration step: its own time, and for calibration the compute-only sample it gave (a
+    timeline step gives none)."""
+    if stats.timeline:
+        return {tags.CALIBRATION_STEP_MS: stats.step_ms}
     if stats.calibration:
         return {tags.CALIBRATION_STEP_MS: stats.step_ms, tags.CALIBRATION_COMPUTE_ONLY_MS: stats.fwd_bwd_ms}
     return {tags.WARMUP_STEP_MS: stats.step_ms}

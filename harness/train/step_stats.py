@@ -43,6 +43,7 @@ class StepStats:
     overlap_pct: float = math.nan  # share of the busy communication time hidden behind compute
     interference_ms: float = math.nan  # exposed − tail: compute slowed down while communication runs
     calibration: bool = False  # a compute-only step: communication skipped, kept out of summaries
+    timeline: bool = False  # a calibration step that recorded the backward timeline: no compute-only sample
 
     @property
     def warmup(self) -> bool:
@@ -69,6 +70,7 @@ def step_stats(
     world_size: int,
     compute_only_ms: float = math.nan,
     calibration: bool = False,
+    timeline: bool = False,
 ) -> StepStats:
     """Combine one step's resolved times. `samples_per_step` counts every rank's samples (global batch);
     `compute_only_ms` is the calibrated forward + backward without communication (NaN if not measured)."""
@@ -99,6 +101,7 @@ def step_stats(
         overlap_pct=overlap_pct,
         interference_ms=exposed_ms - tail_ms,
         calibration=calibration,
+        timeline=timeline,
     )
 
 

@@ -33,6 +33,7 @@ def build_summary(
     ddp_crosscheck: dict[str, Any] | None = None,
     calibration_samples: list[tuple[int, float]] | None = None,
     calibration_every: int = 0,
+    timeline_steps: int = 0,
     last_rank_spread: dict[str, Any] | None = None,
     overhead_s: dict[str, float] | None = None,
     bootstrap_draws: int = 1000,
@@ -96,6 +97,7 @@ def build_summary(
         "steps_measured": aggregate.steps_measured,
         "warmup_steps": min(WARMUP_STEPS, aggregate.steps_logged),
         "calibration_steps": len(calibration_samples),
+        "timeline_steps": timeline_steps,
         "calibration_every": calibration_every,
         "bytes_per_step": aggregate.step_bytes,
         "step_ms_p50": step_p50,
@@ -197,7 +199,8 @@ def format_table(summary: dict[str, Any]) -> str:
     lines = [
         f"# Gradient communication: {summary['world_size']} ranks, {summary['backend']}, "
         f"{t['steps_measured']} steps measured after {t['warmup_steps']} warm-up and "
-        f"{t['calibration_steps']} calibration; bucket times are collectives only ({t.get('time_source')}), "
+        f"{t['calibration_steps'] + t.get('timeline_steps', 0)} calibration ({t.get('timeline_steps', 0)} of them "
+        f"recording the backward timeline); bucket times are collectives only ({t.get('time_source')}), "
         "codec is the hook's own compute",
     ]
     if summary["buckets"]:
@@ -241,10 +244,11 @@ def format_table(summary: dict[str, Any]) -> str:
     if overhead.get("all_steps"):
         between = overhead.get("between_steps", 0.0)
         run_s = overhead["all_steps"] + between
+        calibrated = t["calibration_steps"] + t.get("timeline_steps", 0)
         lines.append(
             f"# harness overhead: calibration {overhead['calibration']:.3f} s (the gradient all_reduce of "
-            f"{t['calibration_steps']} of {t['steps_measured'] + t['warmup_steps'] + t['calibration_steps']} steps, "
-            "run after backward), work between steps "
+            f"{calibrated} of {t['steps_measured'] + t['warmup_steps'] + calibrated} steps, run after backward), "
+            "work between steps "
             f"{between:.3f} s ({t['between_steps_ms_p50']:.2f} ms a step, rank gathers "
             f"{overhead['rank_gathers'] * 1e3:.1f} ms of it in {overhead['gathers']}): "
             f"{100 * (overhead['calibration'] + between) / run_s:.2f} % of the run's {run_s:.1f} s"
