@@ -21,6 +21,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -34,10 +35,36 @@ from models import get_model_spec
 COMM_HOOKS = ("builtin", "allreduce")
 
 
-def plain_loop(
+@dataclass
+class PlainLoop:
+    """A hand-written DDP training step for one registry model: the parts, for benches that time them apart."""
+
+    ddp: DDP
+    optimizer: torch.optim.Optimizer
+    loss_fn: Callable[[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]], torch.Tensor]
+    batch: tuple[torch.Tensor, torch.Tensor]
+    cuda: bool
+
+    def forward(self) -> torch.Tensor:
+        """The loss of the synthetic batch (bf16 autocast on the GPU)."""
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.cuda else contextlib.nullcontext()
+        with autocast:
+            return self.loss_fn(self.ddp, self.batch)
+
+    def optimizer_step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self) -> None:
+        """One whole training step."""
+        self.forward().backward()
+        self.optimizer_step()
+
+
+def build_loop(
     model_name: str, batch_size: int, image_size: int | None, device: torch.device, comm_hook: str = "builtin"
-) -> Callable[[], None]:
-    """One hand-written DDP training step for `model_name`, as a closure (the process group must exist)."""
+) -> PlainLoop:
+    """The hand-written DDP loop for `model_name` (the process group must exist)."""
     spec = get_model_spec(model_name)
     cuda = device.type == "cuda"
     torch.manual_seed(0)
@@ -49,16 +76,7 @@ def plain_loop(
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     inputs, targets = spec.make_batch(batch_size, device, dist.get_rank(), image_size=image_size)
     batch = (inputs.contiguous(memory_format=memory_format), targets)
-
-    def step() -> None:
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
-        with autocast:
-            loss = spec.loss(ddp, batch)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step
+    return PlainLoop(ddp, opt, spec.loss, batch, cuda)
 
 
 def timed_run(step: Callable[[], None], steps: int, window_start: int, cuda: bool) -> dict[str, float]:
@@ -100,7 +118,7 @@ def main() -> None:
     torch.backends.cudnn.benchmark = cuda
     dist.init_process_group("nccl" if cuda else "gloo")
     try:
-        step = plain_loop(args.model, args.batch_size, args.image_size, device, args.comm_hook)
+        step = build_loop(args.model, args.batch_size, args.image_size, device, args.comm_hook).step
         result = timed_run(step, args.steps, args.window_start, cuda)
         if dist.get_rank() == 0:
             print(json.dumps({"plain_ddp": result, "world_size": dist.get_world_size()}), flush=True)

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from bench.ab import interleave, summarize, time_block
-from bench.plain_ddp import plain_loop
+from bench.plain_ddp import build_loop
 from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
@@ -157,7 +157,7 @@ def worker(args: argparse.Namespace) -> None:
     if cuda:
         torch.cuda.set_device(device)
     torch.backends.cudnn.benchmark = cuda  # as the harness Trainer sets it on GPU
-    step = plain_loop(args.model, args.batch_size, args.image_size, device)
+    step = build_loop(args.model, args.batch_size, args.image_size, device).step
     time_block(step, args.warmup_steps, cuda)
     cpu_ms: dict[str, list[tuple[float, float]]] = {"plain": [], "lightning": [], "harness": []}
     with tempfile.TemporaryDirectory() as logdir:
