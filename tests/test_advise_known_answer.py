@@ -29,7 +29,8 @@ pytestmark = [
 ]
 
 # 30 steps: 2 warm-up; compute-only (calibration) steps 2–4, 7, 12, 17, 22 and 27 (bench.known_answer's
-# --calibration-every 5), so the exposed estimate has 8 reference samples spread through the run; 20 measured.
+# --calibration-every 5), so the exposed estimate has 8 reference samples spread through the run; the timeline
+# steps 5 and 6; 18 measured.
 STEPS = 30
 RUN_TIMEOUT_S = 120.0
 ADVISE_TIMEOUT_S = 120.0
@@ -58,7 +59,8 @@ def test_the_run_is_the_one_the_answer_assumes(default_cap_run):
     rebuilt = [int(n) for n in summary["ddp_logging"]["rebuilt_bucket_sizes"].split(",")]
     assert rebuilt == [b.numel * b.grad_itemsize for b in model_bucket_layout("sleep_chain", None)]
     totals = summary["totals"]
-    assert totals["steps_measured"] == STEPS - 2 - len(summary["calibration_samples_ms"])
+    assert totals["timeline_steps"] == 2 and summary["backward_timeline"]["steps"] == [5, 6]
+    assert totals["steps_measured"] == STEPS - 2 - len(summary["calibration_samples_ms"]) - 2
     assert len(summary["calibration_samples_ms"]) == 8
     # Compute-only forward + backward is the eight 80 ms sleeps and a little (not CPU-bound).
     assert 640 <= totals["compute_only_ms"] < 800, totals

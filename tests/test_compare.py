@@ -48,8 +48,8 @@ def make_runs(logdir: Path, variants: dict[str, list[str]], run_name: str | None
     `<logdir>/<name>/<version>`, as train.py's last line names it."""
     procs = {}
     for name, args in variants.items():
-        # 2 warm-up, 2 calibration and 3 measured steps: the events hold steps summary.json leaves out.
-        cmd = [sys.executable, str(REPO / "train.py"), "--model", "resnet_tiny", "--max-steps", "7"]
+        # 2 warm-up, 2 calibration, 2 timeline and 3 measured steps: the events hold steps summary.json leaves out.
+        cmd = [sys.executable, str(REPO / "train.py"), "--model", "resnet_tiny", "--max-steps", "9"]
         cmd += ["--calibration-steps", "2", "--no-progress-bar"]
         cmd += ["--logdir", str(logdir), "--run-name", run_name or name, *args]
         out, err = (open(logdir.parent / f"{name}.{kind}", "w") for kind in ("out", "err"))  # noqa: SIM115
@@ -458,7 +458,7 @@ def test_run_without_summary_is_shown_from_its_events(real_runs, tmp_path):
     (events,) = killed.glob("events.out.tfevents.*")
     scalars = load_runs([str(killed)])[0].scalars
     calibration = [s for s, _ in scalars[tags.CALIBRATION_STEP_MS]]
-    assert calibration == [2, 3], events
+    assert calibration == [2, 3, 4, 5], events
     assert [s for s, _ in scalars[tags.WARMUP_STEP_MS]] == [0, 1]
     assert not {s for s, _ in scalars[tags.COMM_MS]} & {0, 1, *calibration}
     assert row.settings["world_size"] == "2" and row.settings["comm_hook"] == "fp16"

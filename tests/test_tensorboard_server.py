@@ -42,10 +42,10 @@ HPARAM_NAMES = [
     ("8_backend", "backend"),
 ]
 HPARAM_METRICS = ["hp/step_ms_p50", "hp/exposed_ms_p50", "hp/overlap_pct_p50", "hp/comm_ms_p50", "hp/busbw_gbps_p50"]
-# Warm-up 0, 1; one calibration step, 2, for the exposed time; measured 3, 4.
-STEPS = 5
+# Warm-up 0, 1; one calibration step, 2, for the exposed time; the timeline steps 3, 4; measured 5, 6.
+STEPS = 7
 CALIBRATION = ["--calibration-steps", "1"]
-MEASURED = [3, 4]
+MEASURED = [5, 6]
 RUN_TIMEOUT_S = 240
 SERVE_TIMEOUT_S = 60  # TensorBoard starts in a few seconds; the first load of the runs follows in the background
 HTTP_TIMEOUT_S = 10

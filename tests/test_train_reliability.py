@@ -197,8 +197,8 @@ def steps_logged(logdir: Path) -> int:
 
 
 def wait_for_steps(proc: subprocess.Popen, tmp_path: Path, logdir: Path, steps: int = 10) -> list[int]:
-    """Once the events on disk hold `steps` steps (10: past the 2 warm-up and 5 calibration steps), the ranks'
-    pids (rank 0 prints them at the start)."""
+    """Once the events on disk hold `steps` steps (10: past the 2 warm-up, 3 calibration and 2 timeline steps), the
+    ranks' pids (rank 0 prints them at the start)."""
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if proc.poll() is not None:

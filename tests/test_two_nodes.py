@@ -39,7 +39,7 @@ def test_sweep_across_two_nodes_over_veth(tmp_path):
 
 
 def test_training_across_two_nodes_over_veth(tmp_path):
-    train = ["--model", "resnet_tiny", "--max-steps", "10", "--timeout", "60"]
+    train = ["--model", "resnet_tiny", "--max-steps", "12", "--timeout", "60"]
     with two_hosts() as hosts:
         (node0, node1), run_dir = train_on_both(hosts, train, tmp_path / "runs")
     assert node0.returncode == 0, node0.stderr[-3000:]
@@ -54,7 +54,7 @@ def test_training_across_two_nodes_over_veth(tmp_path):
     assert summary["env"]["GLOO_SOCKET_IFNAME"] == hosts.interfaces[0]
     # Gradients crossed the veth link: every measured step moved the model's bytes, at a measured busbw.
     totals = summary["totals"]
-    # 10 steps: 2 warm-up, 3 calibration (the block after warm-up), 5 measured
+    # 12 steps: 2 warm-up, 3 calibration (the block after warm-up), 2 timeline, 5 measured
     assert totals["steps_measured"] == 5 and totals["bytes_per_step"] > 0 and totals["busbw_gbps_p50"] > 0
     assert "# Gradient communication: 2 ranks, gloo" in node0.stdout
     print(f"\nveth training: {totals['bytes_per_step']:,} B per step, busbw p50 {totals['busbw_gbps_p50']:.3f} GB/s")

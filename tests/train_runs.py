@@ -37,9 +37,9 @@ def measured_steps_upto(last: int) -> list[int]:
     """The steps a run with the default calibration logs under the headline tags, up to `last`: not warm-up,
     not calibration."""
     from harness.common.names import WARMUP_STEPS
-    from harness.train.calibration import DEFAULT_BLOCK_STEPS, DEFAULT_EVERY, Calibration
+    from harness.train.calibration import DEFAULT_BLOCK_STEPS, DEFAULT_EVERY, TIMELINE_STEPS, Calibration
 
-    calibration = Calibration(DEFAULT_BLOCK_STEPS, DEFAULT_EVERY)
+    calibration = Calibration(DEFAULT_BLOCK_STEPS, DEFAULT_EVERY, TIMELINE_STEPS)
     return [s for s in range(WARMUP_STEPS, last + 1) if not calibration.is_calibration_step(s)]
 
 
