@@ -269,11 +269,23 @@ def test_a_run_directory_removed_during_training_ends_it_with_one_line_per_rank(
     proc, logdir = start_train(tmp_path, [sys.executable])
     pids = wait_for_steps(proc, tmp_path, logdir)
     (run_dir,) = logdir.glob("*/*")
-    shutil.rmtree(logdir)
+    _remove_while_written(logdir)
     lines = _assert_training_stopped(proc, pids, run_dir, "No such file or directory")
     rank0 = next(line for line in lines if line.startswith("train.py: rank 0"))
     assert rank0.endswith("; what was measured could not be kept: summary.json: No such file or directory")
     assert not logdir.exists()  # the removed directory is not made again for the summary
+
+
+def _remove_while_written(directory: Path) -> None:
+    """Remove `directory` while a run writes into it: a file the run creates between rmtree's listing and its
+    rmdir (the partial summary's temporary file, say) fails that rmdir with ENOTEMPTY, so try again."""
+    for _ in range(50):
+        try:
+            shutil.rmtree(directory)
+            return
+        except OSError:
+            time.sleep(0.1)
+    shutil.rmtree(directory)
 
 
 @pytest.fixture

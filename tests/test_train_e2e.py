@@ -190,3 +190,19 @@ def test_resnet50_under_torchrun(tmp_path):
     assert summary["settings"]["launcher"] == "torchrun"
     assert summary["world_size"] == 2
     assert summary["env"]["WORLD_SIZE"] == "2"
+
+
+@pytest.mark.slow
+def test_a_run_too_short_for_the_timeline_steps_keeps_its_compute_only_samples(tmp_path):
+    # Warm-up 0, 1; the calibration block 2, 3; the timeline steps would be 4, 5, which would leave no measured
+    # step: they are left out, and 4, 5 are measured against the block's samples.
+    args = ["--model", "resnet_tiny", "--devices", "1", "--max-steps", "6", "--calibration-steps", "2"]
+    proc = run_train([*args, "--no-progress-bar"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    note = "# 6 steps leave none after warm-up and calibration: the backward timeline's steps are left out"
+    assert note in proc.stdout
+    summary = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())
+    totals = summary["totals"]
+    assert (totals["steps_measured"], totals["calibration_steps"], totals["timeline_steps"]) == (2, 2, 0)
+    assert summary["calibration_sample_steps"] == [2, 3] and summary["backward_timeline"] is None
+    assert totals["compute_only_ms"] > 0 and isinstance(totals["exposed_ms_p50"], float)  # measured, not null

@@ -14,7 +14,8 @@ communication. Each measured step is judged against the compute-only samples nea
 (exposure_estimate.py): while training, the nearest of those taken so far; in the summary, the nearest on either
 side. Between the block and the spread steps come the timeline steps: calibration steps too, which record when
 each gradient is ready for the advisor (grad_ready.py). Those stamps are host work inside backward, so a
-timeline step gives no compute-only sample: it would make the reference slower than the measured steps it judges.
+timeline step gives no compute-only sample: it would make the reference slower than the measured steps it judges
+(bench.timeline_cost: +2.57 ms a step, 95 % interval [+0.99, +3.28], for resnet50's 161 CUDA events on the H200).
 
 With `every` = 25 a 1,000-step run takes 42 samples (3 in the block, 39 spread), a 200-step run 10. The spread
 steps sit at first + 25·j, never on a step 100·k − 1, where DDP samples its own statistics after its first ten

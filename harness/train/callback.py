@@ -201,9 +201,16 @@ class CommTimingCallback(pl.Callback):
         if not self.timed_comm:  # calibration skips communication in the hook: without one, none
             self.calibration = Calibration(0)
         elif 0 < trainer.max_steps <= self.calibration.setup_end:
+            # Too short for every setup step: the compute-only samples come first, the timeline goes.
+            block = self.calibration
+            if trainer.max_steps > block.first_step + block.steps:
+                self.calibration = Calibration(block.steps, block.every)
+                note = "the backward timeline's steps are left out (none is recorded for the advisor)"
+            else:
+                self.calibration = Calibration(0)
+                note = "exposed time is off"
             if trainer.is_global_zero:
-                print(f"# {trainer.max_steps} steps leave none after warm-up and calibration: exposed time is off")
-            self.calibration = Calibration(0)
+                print(f"# {trainer.max_steps} steps leave none after warm-up and calibration: {note}")
         if self.calibration.timeline_steps > 0:
             self.grad_ready = GradReadyRecorder(ddp_model.module, self.state.param_names, self.state.stamps)
         if self.gather_every > 0 and self.world_size > 1:  # one rank has no skew to gather
