@@ -79,6 +79,19 @@ def build_loop(
     return PlainLoop(ddp, opt, spec.loss, batch, cuda)
 
 
+def start_rank() -> torch.device:
+    """This torchrun rank's device (its local GPU, else the CPU) with cudnn.benchmark on the GPU, and its process
+    group (NCCL, else gloo), with NVLink multicast off as train.py runs."""
+    apply_safe_nccl_env()
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    torch.backends.cudnn.benchmark = cuda
+    dist.init_process_group("nccl" if cuda else "gloo")
+    return device
+
+
 def timed_run(step: Callable[[], None], steps: int, window_start: int, cuda: bool) -> dict[str, float]:
     """Run `steps` steps; wall and CPU ms per step from the start of step `window_start` to the start of the
     last step, the device drained at both ends."""
@@ -110,16 +123,10 @@ def main() -> None:
     args = parser.parse_args()
     if not 0 <= args.window_start < args.steps - 1:
         parser.error("--window-start must be at least 0 and below --steps - 1")
-    apply_safe_nccl_env()  # NVLink multicast off, as train.py runs
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    torch.backends.cudnn.benchmark = cuda
-    dist.init_process_group("nccl" if cuda else "gloo")
+    device = start_rank()
     try:
         step = build_loop(args.model, args.batch_size, args.image_size, device, args.comm_hook).step
-        result = timed_run(step, args.steps, args.window_start, cuda)
+        result = timed_run(step, args.steps, args.window_start, device.type == "cuda")
         if dist.get_rank() == 0:
             print(json.dumps({"plain_ddp": result, "world_size": dist.get_world_size()}), flush=True)
     finally:

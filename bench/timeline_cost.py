@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from bench.plain_ddp import build_loop
-from harness.common.dist_env import apply_safe_nccl_env
+from bench.plain_ddp import build_loop, start_rank
 from harness.train.grad_ready import GradReadyRecorder
 from harness.train.stamps import StepStamps
 
@@ -87,13 +85,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 4 or args.warmup < 2:
         parser.error("--steps must be at least 4 and --warmup at least 2 (DDP rebuilds its buckets after step 0)")
-    apply_safe_nccl_env()
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    torch.backends.cudnn.benchmark = cuda
-    dist.init_process_group("nccl" if cuda else "gloo")
+    device = start_rank()
     try:
         result = measure(args, device)
         if dist.get_rank() == 0:
