@@ -8,6 +8,8 @@ import signal
 import pytest
 import torch.distributed as dist
 
+from tests.train_runs import kill_leftover_sessions
+
 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 # A shell without job control starts a background command (`.ci/run &`) with SIGINT ignored, and every process
@@ -15,6 +17,14 @@ os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 # exec in each child, so the Ctrl-C tests see what a terminal's user gets.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def kill_leftover_training():
+    """A test that fails before it stops its endless train.py must not leave the ranks training (they slowed
+    the rest of a suite by half once)."""
+    yield
+    kill_leftover_sessions()
 
 
 @pytest.fixture(autouse=True)

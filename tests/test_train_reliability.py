@@ -19,7 +19,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from harness.common import tags
 from harness.common.cli import run_cli
-from tests.train_runs import measured_steps_upto
+from tests.train_runs import STARTED_SESSIONS, measured_steps_upto
 from train import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -182,6 +182,7 @@ def start_train(tmp_path: Path, launcher: list[str], **env: str) -> tuple[subpro
         text=True,
         start_new_session=True,
     )
+    STARTED_SESSIONS.append(proc)
     stdout.close()
     return proc, logdir
 
@@ -258,6 +259,8 @@ FAILED_COLLECTIVE = re.compile(
     r"float32 elements\)|DDP's broadcast of the model's buffers from rank 0 \([\d,]+ B, before the forward\)) "
     r"failed: RuntimeError: "
     r"|rank 0: all_gather of every rank's times for step \d+ \(rank gather\) failed: RuntimeError: "
+    r"|rank 0: all_reduce of step \d+'s gradients after its compute-only backward \(calibration, [\d,]+ B\) "
+    r"failed: RuntimeError: "
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,22 @@ def measured_steps_upto(last: int) -> list[int]:
 
     calibration = Calibration(DEFAULT_BLOCK_STEPS, DEFAULT_EVERY, TIMELINE_STEPS)
     return [s for s in range(WARMUP_STEPS, last + 1) if not calibration.is_calibration_step(s)]
+
+
+# Sessions (process groups) that tests started around an endless train.py; conftest kills what is left of them
+# after each test, so a test that fails before it stops its run leaves no ranks training into the next tests.
+STARTED_SESSIONS: list[subprocess.Popen] = []
+
+
+def kill_leftover_sessions() -> None:
+    """SIGKILL every process still in a session recorded in STARTED_SESSIONS, and forget them."""
+    while STARTED_SESSIONS:
+        proc = STARTED_SESSIONS.pop()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue  # the whole session is gone already
+        proc.wait(timeout=30)
 
 
 def train_env() -> dict[str, str]:

@@ -152,6 +152,7 @@ class CommTimingCallback(pl.Callback):
         self.keep_failure = ""  # why what was measured could not be kept, when it could not
         self._stopping = False  # in on_exception: an output that fails now must not stop the keeping
         self.buffer_bytes = 0  # what DDP broadcasts from rank 0 before every forward (BatchNorm statistics)
+        self.grad_bytes = 0  # the gradients a calibration step averages after backward
         # DDP's own sampled statistics, read at the steps it sampled, and the harness's span on those steps.
         self.ddp_reader: DDPStatsReader | None = None
         self._ddp_spans: dict[int, float] = {}
@@ -197,6 +198,7 @@ class CommTimingCallback(pl.Callback):
         except ValueError:  # DDP ran forwards before fit (not in train.py): no step-by-step cross-check
             self.ddp_reader = None
         self.buffer_bytes = sum(b.numel() * b.element_size() for b in ddp_model.module.buffers())
+        self.grad_bytes = sum(p.numel() * p.element_size() for p in ddp_model.module.parameters() if p.requires_grad)
         self.aggregate = RunAggregate(world_size=self.world_size)
         if not self.timed_comm:  # calibration skips communication in the hook: without one, none
             self.calibration = Calibration(0)
@@ -276,8 +278,17 @@ class CommTimingCallback(pl.Callback):
         if self.ddp_reader is not None:
             self.ddp_reader.poll(self.state.step)
         if self.state.skip_communication and self.world_size > 1:
-            # The all_reduce the hook skipped, now that the compute-only sample is stamped: the step trains.
+            # The all_reduce the hook skipped, now that the compute-only sample is stamped: the step trains. Named
+            # as the phase while it runs, so a peer's failure there says which collective it was.
+            phase, self.phase = (
+                self.phase,
+                (
+                    f"all_reduce of step {self.state.step}'s gradients after its compute-only backward (calibration, "
+                    f"{self.grad_bytes:,} B)"
+                ),
+            )
             average_gradients(pl_module.parameters(), self.state.process_group)
+            self.phase = phase
             self.state.stamps.mark(self.state.step, GRADS_AVERAGED)
         self.cpu_s["callback"] += time.thread_time() - cpu
 
