@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from harness.common.metrics import percentile
-from harness.common.names import WARMUP_STEPS
+from harness.common.names import DEFAULT_BUCKET_CAP_MB, MIB, WARMUP_STEPS
 from harness.train.exposure_estimate import reference_ms
 
 DEFAULT_BLOCK_STEPS = 3
@@ -106,7 +106,7 @@ class Calibration:
 
 
 # The most gradient bytes averaged in one all_reduce: DDP's default bucket, so the transient flat copy stays small.
-AVERAGE_CHUNK_BYTES = 25 * 1024 * 1024
+AVERAGE_CHUNK_BYTES = int(DEFAULT_BUCKET_CAP_MB * MIB)
 
 
 def average_gradients(parameters: Iterable[torch.nn.Parameter], group: dist.ProcessGroup | None = None) -> None:
