@@ -201,6 +201,7 @@ def test_a_run_too_short_for_the_timeline_steps_keeps_its_compute_only_samples(t
     assert proc.returncode == 0, proc.stderr[-3000:]
     note = "# 6 steps leave none after warm-up and calibration: the backward timeline's steps are left out"
     assert note in proc.stdout
+    assert "calibration 0.000 s (2 of 6 steps, which at world size 1 have no gradients to average)" in proc.stdout
     summary = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())
     totals = summary["totals"]
     assert (totals["steps_measured"], totals["calibration_steps"], totals["timeline_steps"]) == (2, 2, 0)

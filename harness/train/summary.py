@@ -245,10 +245,14 @@ def format_table(summary: dict[str, Any]) -> str:
         between = overhead.get("between_steps", 0.0)
         run_s = overhead["all_steps"] + between
         calibrated = t["calibration_steps"] + t.get("timeline_steps", 0)
+        of_steps = f"{calibrated} of {t['steps_measured'] + t['warmup_steps'] + calibrated} steps"
+        calibration = (
+            f"{of_steps}, which at world size 1 have no gradients to average"
+            if summary["world_size"] == 1
+            else f"the gradient all_reduce of {of_steps}, run after backward"
+        )
         lines.append(
-            f"# harness overhead: calibration {overhead['calibration']:.3f} s (the gradient all_reduce of "
-            f"{calibrated} of {t['steps_measured'] + t['warmup_steps'] + calibrated} steps, run after backward), "
-            "work between steps "
+            f"# harness overhead: calibration {overhead['calibration']:.3f} s ({calibration}), work between steps "
             f"{between:.3f} s ({t['between_steps_ms_p50']:.2f} ms a step, rank gathers "
             f"{overhead['rank_gathers'] * 1e3:.1f} ms of it in {overhead['gathers']}): "
             f"{100 * (overhead['calibration'] + between) / run_s:.2f} % of the run's {run_s:.1f} s"
