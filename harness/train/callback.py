@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -248,7 +250,7 @@ class CommTimingCallback(pl.Callback):
         self.phase = "step"
         self._resolve_ready(upto=step - RESOLVE_LAG_STEPS)
         calibrating = self.calibration.is_calibration_step(step)
-        recording = self.grad_ready is not None and self.calibration.is_timeline_step(step)
+        recording = self._recording_timeline()
         if recording:
             self.grad_ready.begin(step)  # the ready hooks: registered before the step's clock starts
         self._step_open = True
@@ -264,6 +266,14 @@ class CommTimingCallback(pl.Callback):
         if self._recording_timeline():
             self.grad_ready.backward_start()
 
+    @contextmanager
+    def _collective_phase(self, what: str) -> Iterator[None]:
+        """Name a collective the callback runs itself as the phase while it runs, so a peer's failure there says
+        which it was (activity()); the phase before it comes back only if it succeeds."""
+        previous, self.phase = self.phase, what
+        yield
+        self.phase = previous
+
     def _recording_timeline(self) -> bool:
         """Whether this step records the backward timeline (a timeline step, calibration.py)."""
         return self.grad_ready is not None and self.calibration.is_timeline_step(self._current_step)
@@ -278,17 +288,12 @@ class CommTimingCallback(pl.Callback):
         if self.ddp_reader is not None:
             self.ddp_reader.poll(self.state.step)
         if self.state.skip_communication and self.world_size > 1:
-            # The all_reduce the hook skipped, now that the compute-only sample is stamped: the step trains. Named
-            # as the phase while it runs, so a peer's failure there says which collective it was.
-            phase, self.phase = (
-                self.phase,
-                (
-                    f"all_reduce of step {self.state.step}'s gradients after its compute-only backward (calibration, "
-                    f"{self.grad_bytes:,} B)"
-                ),
-            )
-            average_gradients(pl_module.parameters(), self.state.process_group)
-            self.phase = phase
+            # The all_reduce the hook skipped, now that the compute-only sample is stamped: the step trains.
+            step, size = self.state.step, f"{self.grad_bytes:,} B"
+            with self._collective_phase(
+                f"all_reduce of step {step}'s gradients after its compute-only backward (calibration, {size})"
+            ):
+                average_gradients(pl_module.parameters(), self.state.process_group)
             self.state.stamps.mark(self.state.step, GRADS_AVERAGED)
         self.cpu_s["callback"] += time.thread_time() - cpu
 
@@ -319,9 +324,10 @@ class CommTimingCallback(pl.Callback):
         self.overhead_s["all_steps"] += resolved.step_ms / 1e3
         if resolved.gap_ms is not None:
             self.overhead_s["between_steps"] += resolved.gap_ms / 1e3
+        timeline = self.calibration.is_timeline_step(resolved.step)
         if calibrating:
             self.calibration.add(resolved.step, resolved.fwd_bwd_ms)
-            self.timeline_steps_run += self.calibration.is_timeline_step(resolved.step)
+            self.timeline_steps_run += timeline
             # What calibrating cost this step: its gradients' all_reduce, run after backward, not under it.
             averaged_ms = (resolved.marks or {}).get(GRADS_AVERAGED)
             if averaged_ms is not None and resolved.fwd_bwd_ms is not None:
@@ -333,7 +339,7 @@ class CommTimingCallback(pl.Callback):
             self.world_size,
             self.calibration.reference_ms(resolved.step),
             calibrating,
-            timeline=self.calibration.is_timeline_step(resolved.step),
+            timeline=timeline,
         )
         self.aggregate.add(stats, resolved, self.state.bucket_contents)
         if self.ddp_reader is not None and ddp_samples_iteration(resolved.step + 1, self.ddp_reader.sample_rate):
@@ -353,9 +359,8 @@ class CommTimingCallback(pl.Callback):
             # Every rank resolves the same steps in the same order, and calibrates the same ones, so this
             # collective lines up. Warm-up and calibration steps are not gathered: their skew is not logged.
             start = time.perf_counter()
-            phase, self.phase = self.phase, f"all_gather of every rank's times for step {stats.step} (rank gather)"
-            spread = self.gatherer.gather(stats, [t.time_ms for t in resolved.timings])
-            self.phase = phase
+            with self._collective_phase(f"all_gather of every rank's times for step {stats.step} (rank gather)"):
+                spread = self.gatherer.gather(stats, [t.time_ms for t in resolved.timings])
             self.overhead_s["rank_gathers"] += time.perf_counter() - start
             self.gathers += 1
             self.last_spread = spread
