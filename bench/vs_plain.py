@@ -57,6 +57,7 @@ VARIANTS: dict[str, list[str]] = {
 }
 # Variants of the hand-written loop itself (each a bench.plain_ddp argument list).
 PLAIN_VARIANTS: dict[str, list[str]] = {"plain_torch_hook": ["--comm-hook", "allreduce"]}
+KNOWN_VARIANTS = {**VARIANTS, **PLAIN_VARIANTS}  # what --variants may name
 # Per run: what its result holds, and the table's column for it.
 COLUMNS = {
     "ms_per_step": "ms/step",
@@ -127,11 +128,10 @@ def pick_variants(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     """train.py as shipped, the ready-made variants asked for (--variants), then the free-form ones (--variant)."""
     variants: dict[str, list[str]] = {"train.py": []}
     names = [name.strip() for name in (args.variants or "").split(",") if name.strip()]
-    known = {**VARIANTS, **PLAIN_VARIANTS}
-    for name in list(known) if names == ["all"] else names:
-        if name not in known:
-            parser.error(f"--variants: {name!r} is not known; choose from: all, {', '.join(known)}")
-        variants[name] = known[name]
+    for name in list(KNOWN_VARIANTS) if names == ["all"] else names:
+        if name not in KNOWN_VARIANTS:
+            parser.error(f"--variants: {name!r} is not known; choose from: all, {', '.join(KNOWN_VARIANTS)}")
+        variants[name] = KNOWN_VARIANTS[name]
     for spec in args.variant:
         name, _, extra = spec.partition("=")
         if not name or name in variants or name == "plain":
@@ -181,7 +181,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--window-start", type=int, default=50)
     parser.add_argument("--pairs", type=int, default=8)
-    parser.add_argument("--variants", help=f"comma-separated, from: all, {', '.join([*VARIANTS, *PLAIN_VARIANTS])}")
+    parser.add_argument("--variants", help=f"comma-separated, from: all, {', '.join(KNOWN_VARIANTS)}")
     parser.add_argument("--variant", action="append", default=[], metavar='NAME="ARGS"',
                         help="also run train.py with these extra arguments in every pair")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600, help="seconds allowed for one run")
