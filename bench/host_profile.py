@@ -1,0 +1,139 @@
+"""Where train.py's host time goes, thread by thread: py-spy samples of a whole run, sorted into the harness's
+own work and everything else.
+
+    python -m bench.host_profile --model resnet50 --batch-size 128 --steps 300          # on one GPU
+    python -m bench.host_profile --model resnet18 --image-size 32 --batch-size 2 --steps 200  # on a CPU
+
+Why: on a host-bound step every millisecond of host work is step time (issue 11), and the harness's thread_time
+counters see only the main thread's callback. py-spy (a sampling profiler outside the process, `pip install
+py-spy`) sees every thread: the training loop, the autograd thread's Python (the comm hook), TensorBoard's
+event writer. Each variant is one process, run as torchrun's single rank would be (rank 0 of 1, in-process),
+under `py-spy record --threads --nonblocking` (it reads the process's memory without stopping it).
+
+A sample is the harness's when its stack holds a frame of harness/ below the training loop (callback, hook,
+stamps, step log, progress bar: anything but the entry points and the model's own training_step), or a frame
+of TensorBoard's event writer. Only Python stacks are sampled: a thread running C++ with no Python frame (the
+autograd engine between hooks, NCCL's threads) is not seen, so the figures are the Python-visible host time.
+Per variant it prints, per thread, the ms of samples per training step, and the harness's part with its top
+functions; `--out DIR` keeps each variant's raw collapsed stacks and a JSON line of the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+VARIANTS: dict[str, list[str]] = {"shipped": [], "lightning_alone": ["--harness", "off"]}
+# Frames of harness/ that are entry points or the model's own work, not the harness's per-step cost.
+NOT_HARNESS = ("train.py", "harness/common/cli.py", "harness/train/rank.py", "harness/train/trainer.py",
+               "harness/train/module.py", "harness/common/local_launch.py", "models/")  # fmt: skip
+WRITER = "tensorboard/summary/writer/"
+TRAINING_LOOP = "lightning/pytorch/loops/training_epoch_loop.py"
+
+
+def frame_file(frame: str) -> str:
+    """'function (path/file.py:123)' -> 'path/file.py'."""
+    inner = frame.rpartition("(")[2]
+    return inner.rpartition(":")[0]
+
+
+def owner(frames: list[str]) -> str | None:
+    """The harness function a stack's sample belongs to (its deepest harness frame), 'event writer' for
+    TensorBoard's writer thread, or None for anything else."""
+    if any(WRITER in f for f in frames):
+        return "TensorBoard event writer"
+    mine = [f for f in frames if "harness/" in frame_file(f) and not any(p in frame_file(f) for p in NOT_HARNESS)]
+    return mine[-1].split(" (")[0] + f" ({frame_file(mine[-1]).split('/')[-1]})" if mine else None
+
+
+def attribute(raw: Path, rate: int, steps: int) -> dict:
+    """Per thread: ms of samples per step in the training loop (main thread) or anywhere (other threads), the
+    harness's part, and its top owners."""
+    threads: dict[str, dict] = {}
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        frames = stack.split(";")
+        thread = "main" if "MainThread" in frames[0] else "other threads"
+        if thread == "main" and not any(TRAINING_LOOP in f for f in frames):
+            continue  # start-up and the end of the run
+        entry = threads.setdefault(thread, {"samples": 0, "harness": 0, "owners": collections.Counter()})
+        entry["samples"] += int(count)
+        who = owner(frames[1:])
+        if who is not None:
+            entry["harness"] += int(count)
+            entry["owners"][who] += int(count)
+    to_ms = 1e3 / rate / steps
+    return {
+        thread: {
+            "ms_per_step": e["samples"] * to_ms,
+            "harness_ms_per_step": e["harness"] * to_ms,
+            "top": [(who, n * to_ms) for who, n in e["owners"].most_common(8)],
+        }
+        for thread, e in threads.items()
+    }
+
+
+def profile(args: argparse.Namespace, name: str, extra: list[str], out: Path) -> dict:
+    raw = out / f"{name}.txt"
+    rank = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0"}
+    env = {**os.environ, **rank, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(args.port), "TORCHELASTIC_RUN_ID": name}
+    train = [sys.executable, "train.py", "--model", args.model, "--batch-size", str(args.batch_size),
+             "--max-steps", str(args.steps), "--logdir", str(out / "runs"), *args.train_args, *extra]  # fmt: skip
+    if args.image_size:
+        train += ["--image-size", str(args.image_size)]
+    cmd = [args.py_spy, "record", "--threads", "--nonblocking", "--rate", str(args.rate), "--format", "raw",
+           "-o", str(raw), "--", *train]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.timeout)
+    if proc.returncode != 0 or not raw.is_file():
+        raise RuntimeError(f"{name}: py-spy/train.py exited {proc.returncode}: {proc.stderr[-1500:]}")
+    return attribute(raw, args.rate, args.steps)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--image-size", type=int, default=0, help="0: the model's default")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument("--variants", default="shipped,lightning_alone", help=f"from: {', '.join(VARIANTS)}")
+    parser.add_argument("--train-args", default="", help="more train.py arguments, for every variant")
+    parser.add_argument("--port", type=int, default=29571)
+    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--out", default="", help="keep the raw stacks and a JSON line per variant here")
+    args = parser.parse_args(argv)
+    args.train_args = args.train_args.split()
+    args.py_spy = shutil.which("py-spy")
+    if args.py_spy is None:
+        parser.error("py-spy is not installed (pip install py-spy)")
+    names = args.variants.split(",")
+    for name in names:
+        if name not in VARIANTS:
+            parser.error(f"--variants: {name!r} is not known; choose from: {', '.join(VARIANTS)}")
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="host_profile-"))
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        result = profile(args, name, VARIANTS[name], out)
+        with open(out / "host_profile.jsonl", "a") as f:
+            f.write(json.dumps({"variant": name, "model": args.model, "batch_size": args.batch_size, **result}) + "\n")
+        print(f"== {name}: ms of Python-visible samples per step (py-spy at {args.rate} Hz over {args.steps} steps)")
+        for thread, entry in result.items():
+            print(f"   {thread}: {entry['ms_per_step']:.2f} ms, of which harness {entry['harness_ms_per_step']:.2f}")
+            for who, ms in entry["top"]:
+                print(f"      {ms:6.3f} ms  {who}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
