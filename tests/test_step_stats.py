@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 import statistics
 
+import numpy as np
 import pytest
 
+from harness.common.metrics import percentile, percentiles
 from harness.train.stamps import BucketTiming, ResolvedStep, busy_ms
 from harness.train.step_stats import BoundedSamples, RunAggregate, exposure, step_stats
 
@@ -84,3 +86,22 @@ def test_aggregate_skips_warmup_steps():
     assert agg.steps_logged == 5 and agg.steps_measured == 3
     assert agg.buckets[0].times_ms.values == [3.0, 4.0, 5.0]
     assert math.isclose(agg.comm_ms.percentile(50), 4.0)
+
+
+@pytest.mark.parametrize("count", [1, 2, 7, 100])
+def test_percentiles_from_one_sort_are_numpys(count):
+    # numpy's default (linear interpolation) is the definition the bands and every p50/p90 follow.
+    values = list(np.random.default_rng(count).normal(30.0, 5.0, count))
+    qs = (50, 10, 90, 0, 100, 37.5)
+    assert percentiles(values, qs) == pytest.approx(list(np.percentile(values, qs)), rel=1e-12)
+    assert [percentile(values, q) for q in qs] == percentiles(values, qs)
+    assert all(math.isnan(v) for v in percentiles([], qs))
+
+
+def test_a_bucket_keeps_its_run_long_summary_across_steps():
+    agg = RunAggregate(world_size=2)
+    for step in range(2, 12):  # past warm-up
+        resolved = ResolvedStep(step, 10.0, 8.0, [timing(0, 1.0, 1.0 + step)])
+        agg.add(step_stats(resolved, 8, 2, 7.0, False), resolved, {})
+    times = agg.buckets[0].times_ms
+    assert times.seen == 10 and times.values == [float(step) for step in range(2, 12)]

@@ -46,13 +46,22 @@ def busbw_gbps(collective: str, size_bytes: float, time_s: float, world_size: in
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0..100) with linear interpolation, as numpy's default; NaN for no values."""
+    return percentiles(values, (q,))[0]
+
+
+def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
+    """`percentile` for each q in `qs`, from one sort of `values` (a band's p50, p10 and p90 every step)."""
     if not values:
-        return math.nan
+        return [math.nan] * len(qs)
     ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    last = len(ordered) - 1
+    out = []
+    for q in qs:
+        pos = last * q / 100.0
+        lo = math.floor(pos)
+        hi = min(lo + 1, last)
+        out.append(ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo))
+    return out
 
 
 def fit_alpha_beta(size_bytes: Sequence[float], time_us: Sequence[float]) -> tuple[float, float, float] | None:

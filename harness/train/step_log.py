@@ -17,7 +17,7 @@ from collections import deque
 from typing import Any
 
 from harness.common import tags
-from harness.common.metrics import busbw_gbps, percentile
+from harness.common.metrics import busbw_gbps, percentiles
 from harness.train.dashboards import BUCKET_BAND_STEPS, add_custom_scalar_layout
 from harness.train.rank_gather import RankSpread
 from harness.train.stamps import BucketTiming
@@ -47,7 +47,8 @@ class BucketBands:
         bands = {}
         for t in timings:
             window = self.windows[t.index]
-            bands[t.index] = (percentile(window, 50), percentile(window, 10), percentile(window, 90))
+            p50, p10, p90 = percentiles(window, (50, 10, 90))
+            bands[t.index] = (p50, p10, p90)
         return bands
 
 

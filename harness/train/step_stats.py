@@ -185,7 +185,9 @@ class RunAggregate:
             self.exposure_inputs.add((stats.step, stats.fwd_bwd_ms, stats.comm_ms, stats.tail_ms))
         self.step_bytes = stats.bytes
         for t in resolved.timings:
-            summary = self.buckets.setdefault(t.index, BucketSummary(t.index))
+            summary = self.buckets.get(t.index)
+            if summary is None:  # not setdefault: a BucketSummary seeds two generators, too dear to throw away
+                summary = self.buckets[t.index] = BucketSummary(t.index)
             summary.num_params, summary.numel, summary.bytes, summary.dtype = t.num_params, t.numel, t.bytes, t.dtype
             if t.index in contents:
                 summary.first_param, summary.last_param = contents[t.index].first_param, contents[t.index].last_param
