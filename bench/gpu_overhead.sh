@@ -4,9 +4,13 @@
 #   1. TensorBoard's event checksum on this host: its pure-Python CRC-32C against google-crc32c's C code, on
 #      records the size of a resnet50 step's event;
 #   2. a 1000-step train.py run (resnet50 bf16 b128): the harness's cost lines (issue 10's < 2 % of the run);
-#   3. bench.vs_plain pairs: train.py against the hand-written loop, process by process (issue 11).
-# Usage: OUT=dir [VARIANTS=a,b] [PAIRS_S=seconds] bash bench/gpu_overhead.sh [pairs] [batch] [long-run steps, 0: none]
-# google-crc32c is installed from ./.wheels (pip download it there) where the image lacks it and has no index.
+#   3. with PROFILE=1, bench.host_profile: py-spy samples of train.py and of Lightning alone, every thread's
+#      Python sorted into the harness's work and the rest (where the pairs' gap goes);
+#   4. bench.vs_plain pairs: train.py against the hand-written loop, process by process (issue 11).
+# Usage: OUT=dir [VARIANTS=a,b] [PAIRS_S=seconds] [PROFILE=1] bash bench/gpu_overhead.sh [pairs] [batch] [long-run
+# steps, 0: none]
+# google-crc32c and py-spy are installed from ./.wheels (pip download them there) where the image lacks them and
+# has no index.
 set -u
 PAIRS=${1:-5}
 BATCH=${2:-128}
@@ -17,6 +21,12 @@ mkdir -p "$OUT" "$RUNS"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python -c "import google_crc32c" 2>/dev/null ||
   python -m pip install -q --no-index --find-links .wheels google-crc32c 2>&1 | tail -2
+if [ "${PROFILE:-0}" = 1 ]; then
+  command -v py-spy >/dev/null || python -m pip install -q --no-index --find-links .wheels py-spy 2>&1 | tail -2
+  export PATH="$PATH:$HOME/.local/bin:$(python -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
+  python -m bench.host_profile --model resnet50 --batch-size "$BATCH" --steps 300 --out "$RUNS/profile" 2>&1 | tail -30
+  cp "$RUNS/profile/host_profile.jsonl" "$OUT/host_profile_b$BATCH.jsonl" 2>/dev/null
+fi
 python - <<'PY'
 import os, time
 import google_crc32c
