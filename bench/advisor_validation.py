@@ -79,13 +79,25 @@ def run_schedule(args: argparse.Namespace, schedule: list, logdir: Path, train: 
 
 
 def run_sweep(args: argparse.Namespace, out: Path) -> Path:
-    """A raw all_reduce sweep at --nproc ranks on loopback: the network for a base run whose buckets cannot be
-    fitted (one bucket at DDP's default, as gpt_tiny's)."""
+    """A raw all_reduce sweep where the grid runs (--nproc ranks on loopback, or one rank on each of two namespace
+    hosts over the same shaped link): the network for a base run whose buckets cannot be fitted (one bucket at
+    DDP's default, as gpt_tiny's)."""
     path = out / "sweep.jsonl"
-    if not (args.reuse and path.exists()):
-        cmd = [sys.executable, "-m", "harness.raw_sweep", "--nproc", str(args.nproc), "--backend", "gloo"]
-        cmd += ["--collectives", "all_reduce", "-b", "4K", "-e", "64M", "--json", str(path)]
-        subprocess.run(cmd, cwd=ROOT, check=True, env={**os.environ, **NVLS_OFF_ENV}, stdout=subprocess.DEVNULL)
+    if args.reuse and path.exists():
+        return path
+    sweep = ["-m", "harness.raw_sweep", "--collectives", "all_reduce", "-b", "4K", "-e", "64M", "--json", str(path)]
+    if args.two_hosts:
+        from tests.netns import two_hosts
+        from tests.two_host_train import run_on_both
+
+        with two_hosts("hxsw", rate_mbit=args.two_hosts) as hosts:
+            procs = run_on_both(hosts, sweep, timeout_s=args.run_timeout)
+        failed = [f"host {n}: {p.stderr.strip()[-500:]}" for n, p in enumerate(procs) if p.returncode != 0]
+        if failed:
+            sys.exit(f"the raw sweep over two hosts failed: {'; '.join(failed)}")
+        return path
+    cmd = [sys.executable, *sweep, "--nproc", str(args.nproc), "--backend", "gloo"]
+    subprocess.run(cmd, cwd=ROOT, check=True, env={**os.environ, **NVLS_OFF_ENV}, stdout=subprocess.DEVNULL)
     return path
 
 
@@ -200,7 +212,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--extrapolate", default="", help="world sizes to predict from the base run, e.g. 3,4")
     parser.add_argument(
-        "--sweep", action="store_true", help="a raw sweep first; the in-run fit where it exists, else the sweep"
+        "--sweep",
+        action="store_true",
+        help="a raw sweep first, where the grid runs; the in-run fit where it exists, else the sweep",
     )
     parser.add_argument("--two-hosts", type=float, default=0, metavar="RATE", help="two netns hosts, link Mbit/s")
     parser.add_argument(
