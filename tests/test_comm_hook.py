@@ -129,6 +129,15 @@ def _compare_worker(rank: int, world_size: int, hook_name: str, bucket_cap_mb: f
     }
 
 
+@pytest.mark.parametrize("hook_name", ["allreduce", "fp16"])
+def test_one_rank_skips_the_division_and_keeps_numerics(tmp_path, hook_name):
+    # At world size 1 the timed hooks leave out the division by 1 (a pass over every bucket): the gradients
+    # are still those of DDP's own reduction and torch's fp16 hook, bit for bit.
+    (res,) = run_workers(_compare_worker, 1, tmp_path, hook_name, SMALL_BUCKET_MB)
+    assert all(res["bitwise_equal"]) and res["differs_across_steps"]
+    assert res["stamps_within_backward"] and res["pending_after"] == []
+
+
 # torch's own PowerSGD races on gloo with several buckets (its chained collectives are issued from gloo's
 # threads), so its reference runs with one bucket; the timed hook's per-bucket groups are checked with many.
 @pytest.mark.parametrize(

@@ -153,7 +153,9 @@ def timed_allreduce_hook(state: TimedHookState, bucket: dist.GradBucket) -> torc
     group = _group(state)
     tensor = bucket.buffer()
     record = state._new_record(bucket, tensor, tensor.numel() * tensor.element_size(), tensor.dtype)
-    tensor.div_(group.size())
+    world_size = group.size()
+    if world_size > 1:  # x / 1 is x exactly: one rank skips a pass over the bucket (2 ms a step, resnet18 on CPU)
+        tensor.div_(world_size)
     return state.launch(record, tensor, group, then=lambda result: result[0])
 
 
@@ -182,7 +184,8 @@ def _timed_compress_hook(
 def compress(buffer: torch.Tensor, dtype: torch.dtype, world_size: int) -> torch.Tensor:
     """The compress hooks' codec before the collective: a `dtype` copy of the bucket, pre-divided by the world
     size as torch's hooks do (the copy back into the bucket is the rest). codec_probe.py times this very code."""
-    return buffer.to(dtype).div_(world_size)
+    compressed = buffer.to(dtype)
+    return compressed.div_(world_size) if world_size > 1 else compressed  # x / 1 is x exactly
 
 
 def timed_fp16_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
