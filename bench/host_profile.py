@@ -59,12 +59,14 @@ def attribute(raw: Path, rate: int, steps: int) -> dict:
     """Per thread: ms of samples per step in the training loop (main thread) or anywhere (other threads), the
     harness's part, and its top owners."""
     threads: dict[str, dict] = {}
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
+    lines = [line.rpartition(" ") for line in raw.read_text().splitlines()]
+    # py-spy names a thread only once Python has; the main thread's early samples carry its id alone.
+    main_ids = {stack.split(":")[0] for stack, _, _ in lines if stack.split(";")[0].endswith(": MainThread")}
+    for stack, _, count in lines:
         if not stack:
             continue
         frames = stack.split(";")
-        thread = "main" if "MainThread" in frames[0] else "other threads"
+        thread = "main" if frames[0].split(":")[0] in main_ids else "other threads"
         if thread == "main" and not any(TRAINING_LOOP in f for f in frames):
             continue  # start-up and the end of the run
         entry = threads.setdefault(thread, {"samples": 0, "harness": 0, "owners": collections.Counter()})
