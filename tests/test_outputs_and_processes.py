@@ -26,13 +26,14 @@ from harness.raw_sweep import build_parser, main, make_plan
 from harness.train.config import RUN_VERSION_ENV, claim_run_version
 from tests.test_sweep_reliability import LONG_SWEEP, wait_for_rows
 from tests.test_train_reliability import ROLL, all_gone, gone, start_train, steps_logged, wait_for_steps
-from tests.train_runs import measured_steps_upto, train_env
+from tests.train_runs import default_sighup, measured_steps_upto, train_env
 
 REPO = Path(__file__).resolve().parents[1]
 SLACK_S = 30  # a run must be over this long after its output was taken away or it was signalled
 
 
 def _sweep(*args: str, stdout=subprocess.PIPE, **popen) -> subprocess.Popen:
+    popen.setdefault("preexec_fn", default_sighup)
     return subprocess.Popen(
         [sys.executable, "-m", "harness.raw_sweep", *args],
         cwd=REPO,

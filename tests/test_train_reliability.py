@@ -19,7 +19,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from harness.common import tags
 from harness.common.cli import run_cli
-from tests.train_runs import STARTED_SESSIONS, measured_steps_upto
+from tests.train_runs import STARTED_SESSIONS, default_sighup, measured_steps_upto
 from train import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -181,6 +181,7 @@ def start_train(tmp_path: Path, launcher: list[str], **env: str) -> tuple[subpro
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=default_sighup,
     )
     STARTED_SESSIONS.append(proc)
     stdout.close()

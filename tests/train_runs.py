@@ -60,6 +60,13 @@ def kill_leftover_sessions() -> None:
         proc.wait(timeout=30)
 
 
+def default_sighup() -> None:
+    """A child's preexec_fn: SIGHUP back to its default. A suite started under `nohup` (SIGHUP ignored, which
+    every child inherits) would otherwise see train.py and the sweep keep running when a test hangs them up,
+    as they rightly do under nohup."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def train_env() -> dict[str, str]:
     """The test's environment without a launcher's or an earlier run's variables."""
     env = {
