@@ -6,6 +6,6 @@ batch = spec.make_batch(batch_size, device, base_seed + rank)
 spec.loss(model, batch).backward()
 """
 
-from models.registry import MODEL_NAMES, MODELS, ModelSpec, get_model_spec, trainable_parameters
+from models.registry import MODEL_NAMES, MODELS, ModelSpec, get_model_spec, gradient_bytes, trainable_parameters
 
-__all__ = ["MODELS", "MODEL_NAMES", "ModelSpec", "get_model_spec", "trainable_parameters"]
+__all__ = ["MODELS", "MODEL_NAMES", "ModelSpec", "get_model_spec", "gradient_bytes", "trainable_parameters"]

@@ -218,3 +218,8 @@ def get_model_spec(name: str) -> ModelSpec:
 def trainable_parameters(model: nn.Module) -> int:
     """Elements in parameters that take gradients; a tied weight counts once, as DDP reduces it once."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def gradient_bytes(model: nn.Module) -> int:
+    """Bytes of the gradients DDP reduces each step (its parameters' own dtypes); a tied weight counts once."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)

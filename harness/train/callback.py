@@ -71,7 +71,7 @@ from harness.train.step_log import StepLog
 from harness.train.step_stats import RunAggregate, StepStats, step_stats
 from harness.train.tb_writer import write_png, write_step
 from harness.train.timeline import TIMELINE_FILE, draw_timeline, timeline_title
-from models import trainable_parameters
+from models import gradient_bytes, trainable_parameters
 
 RESOLVE_LAG_STEPS = 2
 # The totals that --comm-hook none cannot measure (no bucket is timed): written as null, not as 0.
@@ -200,7 +200,7 @@ class CommTimingCallback(pl.Callback):
         except ValueError:  # DDP ran forwards before fit (not in train.py): no step-by-step cross-check
             self.ddp_reader = None
         self.buffer_bytes = sum(b.numel() * b.element_size() for b in ddp_model.module.buffers())
-        self.grad_bytes = sum(p.numel() * p.element_size() for p in ddp_model.module.parameters() if p.requires_grad)
+        self.grad_bytes = gradient_bytes(ddp_model.module)
         self.aggregate = RunAggregate(world_size=self.world_size)
         if not self.timed_comm:  # calibration skips communication in the hook: without one, none
             self.calibration = Calibration(0)

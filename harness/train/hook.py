@@ -25,6 +25,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersg
 
 from harness.common.names import DEFAULT_BUCKET_CAP_MB, MIB
 from harness.train.stamps import BucketContents, BucketRecord, CollectiveStamps, StepStamps
+from models import gradient_bytes
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
@@ -294,7 +295,7 @@ POWERSGD_START_STEP = 2
 
 def max_bucket_count(module: torch.nn.Module, bucket_cap_mb: float | None) -> int:
     """An upper bound on DDP's bucket count: every bucket but the last reaches the cap (the first 1 MiB)."""
-    total = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+    total = gradient_bytes(module)
     cap = (bucket_cap_mb if bucket_cap_mb is not None else DEFAULT_BUCKET_CAP_MB) * MIB
     return math.ceil(total / cap) + 2
 
