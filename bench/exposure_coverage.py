@@ -15,6 +15,7 @@ Wilson interval: with 20 runs, 19 holding 0 is consistent with anything from abo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -125,10 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.runs):
         name = f"noop{i}"
         start = time.monotonic()
-        if args.hog:
-            with cpu_hog():
-                summary = run_loopback(base, "noop", logdir, name, args.timeout)
-        else:
+        with cpu_hog() if args.hog else contextlib.nullcontext():
             summary = run_loopback(base, "noop", logdir, name, args.timeout)
         rec = record(summary, summary_path(logdir, name).parent, time.monotonic() - start)
         records.append(rec)
