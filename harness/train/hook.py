@@ -154,9 +154,7 @@ def timed_allreduce_hook(state: TimedHookState, bucket: dist.GradBucket) -> torc
     group = _group(state)
     tensor = bucket.buffer()
     record = state._new_record(bucket, tensor, tensor.numel() * tensor.element_size(), tensor.dtype)
-    world_size = group.size()
-    if world_size > 1:  # x / 1 is x exactly: one rank skips a pass over the bucket (2 ms a step, resnet18 on CPU)
-        tensor.div_(world_size)
+    pre_divide(tensor, group.size())
     return state.launch(record, tensor, group, then=lambda result: result[0])
 
 
@@ -185,8 +183,13 @@ def _timed_compress_hook(
 def compress(buffer: torch.Tensor, dtype: torch.dtype, world_size: int) -> torch.Tensor:
     """The compress hooks' codec before the collective: a `dtype` copy of the bucket, pre-divided by the world
     size as torch's hooks do (the copy back into the bucket is the rest). codec_probe.py times this very code."""
-    compressed = buffer.to(dtype)
-    return compressed.div_(world_size) if world_size > 1 else compressed  # x / 1 is x exactly
+    return pre_divide(buffer.to(dtype), world_size)
+
+
+def pre_divide(tensor: torch.Tensor, world_size: int) -> torch.Tensor:
+    """`tensor` divided by the world size in place, as torch's hooks do before the sum; at world size 1 left as it
+    is (x / 1 is x exactly), which spares a pass over every bucket (2 ms a step for resnet18 on a CPU)."""
+    return tensor.div_(world_size) if world_size > 1 else tensor
 
 
 def timed_fp16_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
