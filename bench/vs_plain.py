@@ -94,7 +94,7 @@ def train_ms(args: argparse.Namespace, extra: list[str], logdir: Path, name: str
     return train_window(logdir / name, proc.stdout)
 
 
-def train_window(run_root: Path, stdout: str) -> dict[str, float]:
+def train_window(run_root: Path, stdout: str) -> dict[str, float | list[float]]:
     """The window's ms per step of one train.py run: from its summary.json's "overhead_s", or (--harness off,
     no summary) from its end line."""
     from harness.train.trainer import WINDOW_LINE
@@ -103,15 +103,21 @@ def train_window(run_root: Path, stdout: str) -> dict[str, float]:
     if len(summaries) > 1:
         raise RuntimeError(f"expected one run under {run_root}, found {len(summaries)}")
     if summaries:
-        overhead = json.loads(summaries[0].read_text())["overhead_s"]
+        summary = json.loads(summaries[0].read_text())
+        overhead, totals = summary["overhead_s"], summary.get("totals", {})
         if "wall_ms_per_step" not in overhead:
             raise RuntimeError(f"{summaries[0]} has no window times (overhead_s.wall_ms_per_step)")
-        return {
+        result = {
             "ms_per_step": overhead["wall_ms_per_step"],
             "main_thread_cpu_ms_per_step": overhead["loop_cpu_ms_per_step"],
             "process_cpu_ms_per_step": overhead["process_cpu_ms_per_step"],
             "harness_cpu_ms_per_step": overhead["harness_cpu_ms_per_step"],
         }
+        # The run's own exposed-time estimate, so that a --comm-hook noop variant makes each pair an A/B of it.
+        if totals.get("exposed_ms_ci95"):
+            result["exposed_ms_p50"] = totals["exposed_ms_p50"]
+            result["exposed_ms_ci95"] = totals["exposed_ms_ci95"]
+        return result
     match = WINDOW_LINE.search(stdout)
     if match is None:
         raise RuntimeError(f"train.py left no summary under {run_root} and printed no window line")
