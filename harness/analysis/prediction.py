@@ -23,7 +23,7 @@ from typing import Any
 from harness.analysis.bucket_layout import PlannedBucket
 from harness.analysis.checked import BadFile, check_regular
 from harness.common.cli import UsageError
-from harness.common.metrics import busbw_factor
+from harness.common.metrics import busbw_factor, percentile
 from harness.common.numbers import is_finite
 from harness.common.sweep_fits import FitRecordError, load_fits
 
@@ -68,6 +68,9 @@ class Network:
     """The sweep fit's largest relative error over its sizes; None where α and the bandwidth were given."""
     fit_range_bytes: tuple[int, int] | None = None
     """(smallest, largest) size the bandwidth was fitted over; None where the bandwidth was given."""
+    after_backward_busbw_gbps: float | None = None
+    """The bus bandwidth of a collective that runs once backward is over (the run's calibration all_reduces,
+    network_from_run); None: the same as busbw_gbps. On CPU gloo a collective beside backward shares its cores."""
 
     def alpha_at_us(self, world_size: int) -> float:
         """α(n): constant, or growing with the ring's 2(n−1) hops."""
@@ -75,10 +78,14 @@ class Network:
             return self.alpha_us
         return self.alpha_us * (world_size - 1) / (self.ref_world_size - 1)
 
-    def all_reduce_us(self, size_bytes: float, world_size: int) -> float:
-        """t = α(n) + S × 2(n−1)/n / B_bus, in µs (with one rank nothing travels: t = α)."""
+    def all_reduce_us(self, size_bytes: float, world_size: int, after_backward: bool = False) -> float:
+        """t = α(n) + S × 2(n−1)/n / B_bus, in µs (with one rank nothing travels: t = α); with `after_backward`,
+        at the bandwidth of a collective that has backward's cores to itself, where the run measured one."""
+        busbw = self.busbw_gbps
+        if after_backward and self.after_backward_busbw_gbps is not None:
+            busbw = self.after_backward_busbw_gbps
         factor = busbw_factor("all_reduce", world_size)
-        transfer = 0.0 if factor == 0 or math.isinf(self.busbw_gbps) else size_bytes * factor / (self.busbw_gbps * 1e3)
+        transfer = 0.0 if factor == 0 or math.isinf(busbw) else size_bytes * factor / (busbw * 1e3)
         return self.alpha_at_us(world_size) + transfer
 
 
@@ -201,15 +208,41 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
             alpha, busbw = busy_alpha, step_busbw
             worst = max((t - busy.all_reduce_us(s, world)) / t for s, t in points)
     sources = sorted({b.get("time_source") or "?" for b in summary.get("buckets", [])})
+    source = f"in-run fit ({how}) of {run}'s {len(points)} buckets ({world} ranks, {', '.join(sources)} times)"
+    after = after_backward_busbw(summary, alpha, world)
+    if after is not None:
+        busbw_after, samples = after
+        source += (
+            f"; after backward B_bus {busbw_after:.3g} GB/s, the median of its {samples} calibration all_reduces"
+            " (backward over, nothing else running)"
+        )
     return Network(
         alpha_us=alpha,
         busbw_gbps=busbw,
         ref_world_size=world,
         alpha_scaling=alpha_scaling,
-        source=f"in-run fit ({how}) of {run}'s {len(points)} buckets ({world} ranks, {', '.join(sources)} times)",
+        source=source,
         fit_max_rel_error=worst,
         fit_range_bytes=(min(s for s, _ in points), max(s for s, _ in points)),
+        after_backward_busbw_gbps=after[0] if after is not None else None,
     )
+
+
+def after_backward_busbw(summary: dict[str, Any], alpha_us: float, world: int) -> tuple[float, int] | None:
+    """(B_bus, samples) of the run's all_reduces once backward is over: its calibration steps average their
+    gradients after backward (calibration.average_gradients), chunk by chunk, each stamped apart from the copies
+    around it. B_bus = S × 2(n−1)/n / (t − α) per chunk, its median. None where the run has none (world size 1,
+    no calibration, an older train.py) or none took longer than α."""
+    recorded = summary.get("average_all_reduces") or {}
+    factor = busbw_factor("all_reduce", world)
+    rates = [
+        size * factor / ((1e3 * ms - alpha_us) * 1e3)
+        for size, ms in zip(recorded.get("bytes", []), recorded.get("ms", []), strict=False)
+        if is_finite(ms) and size > 0 and 1e3 * ms > alpha_us
+    ]
+    if not rates or factor == 0:
+        return None
+    return percentile(rates, 50), len(rates)
 
 
 def check_fit_range(network: Network, sizes: list[int], extrapolate: bool = False, sweep: str = "") -> str | None:

@@ -52,7 +52,9 @@ FORMULAS = (
     "buckets: torch's dist._compute_bucket_assignment_by_size(order, limits), limits = [1 MiB, 25 MiB] for DDP's"
     " default, [cap, cap] for --bucket-cap-mb cap, or one limit per bucket for a list",
     "S_b = Σ numel × bytes on the wire (4 for fp32 gradients, 2 with the fp16/bf16 hooks)",
-    "t_b = α(n) + S_b × 2(n−1)/n / B_bus   (ring all_reduce)",
+    "t_b = α(n) + S_b × 2(n−1)/n / B_bus   (ring all_reduce), at the in-run fit's B_bus while backward runs and at"
+    " B_bus' (the run's calibration all_reduces, made after backward) for what runs after it: a collective that"
+    " starts before E and outlasts it sends the rest of its bytes at B_bus'",
     "k_b = codec(numel_b) = fixed + per-element × numel_b   (fp16/bf16 only; half before the launch, half after)",
     "launch_b = max(F + max_{p∈b} r_p + Σ_{c≤b} k_c/2, launch_{b−1})   (F: forward; casts run on the compute path)",
     "start_b = max(launch_b, end_{b−1}),  end_b = start_b + t_b + k_b/2   (collectives serial, in index order)",
@@ -212,18 +214,20 @@ def simulate(
     forward = timeline.forward_ms
     compress_total = previous_launch = 0.0
     chain_end = -math.inf
+    # Backward's end, with every cast before the buckets' launches on the compute path (FORMULAS: E).
+    codec_sizes = [bucket.numel for bucket in buckets] if codec is not None else []
+    backward_end = forward + timeline.backward_ms + sum(codec.ms(n) for n in codec_sizes) / 2
     rows = []
     for bucket in buckets:
         size = sum(p.numel * wire_itemsize(p, hook) for p in bucket.params)
         codec_ms = codec.ms(bucket.numel) if codec is not None else 0.0
         compress_total += codec_ms / 2
         launch = max(forward + bucket.ready_ms + compress_total, previous_launch)
-        comm = network.all_reduce_us(size, world_size) / 1e3
         start = max(launch, chain_end)
+        comm = collective_ms(network, size, world_size, start, backward_end)
         chain_end = start + comm + codec_ms / 2
         previous_launch = launch
         rows.append(BucketTiming(size, bucket.numel, bucket.ready_ms, start, chain_end, comm, codec_ms))
-    backward_end = forward + timeline.backward_ms + compress_total
     tail = max(0.0, chain_end - backward_end) if rows else 0.0
     hidden = sum(max(0.0, min(r.end_ms, backward_end) - r.start_ms) for r in rows)
     fwd_bwd = inputs.compute_only_ms + compress_total + inputs.kappa * hidden + tail + inputs.residual_ms
@@ -239,6 +243,19 @@ def simulate(
         comm_ms=sum(r.comm_ms for r in rows),
         codec_ms=sum(r.codec_ms for r in rows),
     )
+
+
+def collective_ms(network: Network, size: float, world_size: int, start: float, backward_end: float) -> float:
+    """One bucket's all_reduce starting at `start`: at the rate beside backward until backward ends at
+    `backward_end`, then the rest of its bytes at the rate after backward (FORMULAS: t_b)."""
+    beside = network.all_reduce_us(size, world_size) / 1e3
+    if start + beside <= backward_end:
+        return beside
+    after = network.all_reduce_us(size, world_size, after_backward=True) / 1e3
+    if start >= backward_end:
+        return after
+    room = backward_end - start
+    return room + (1 - room / beside) * after
 
 
 def predict_candidate(candidate: Candidate, network: Network, world_size: int, inputs: StepInputs) -> StepPrediction:
@@ -294,9 +311,16 @@ def best_list(hook: str, network: Network, world_size: int, inputs: StepInputs) 
         options = []
         for i in range(j):
             size, elements = wire[j] - wire[i], numel[j] - numel[i]
-            duration = network.all_reduce_us(size, world_size) / 1e3 + (codec.ms(elements) if codec else 0.0)
+            codec_ms = codec.ms(elements) if codec else 0.0
+            beside = network.all_reduce_us(size, world_size) / 1e3
             for k, (end, cost, _, _) in enumerate(fronts[i]):
                 start = max(ready[j - 1], end)
+                comm = (
+                    beside
+                    if start + beside <= backward_end
+                    else collective_ms(network, size, world_size, start, backward_end)
+                )
+                duration = comm + codec_ms
                 hidden = max(0.0, min(start + duration, backward_end) - start)
                 options.append((start + duration, cost + inputs.kappa * hidden, i, k))
         fronts.append(_pareto(options))

@@ -25,7 +25,7 @@ iterations (ddp_crosscheck.py compares those samples with measured steps).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -109,26 +109,47 @@ class Calibration:
 AVERAGE_CHUNK_BYTES = int(DEFAULT_BUCKET_CAP_MB * MIB)
 
 
-def average_gradients(parameters: Iterable[torch.nn.Parameter], group: dist.ProcessGroup | None = None) -> None:
+def average_gradients(
+    parameters: Iterable[torch.nn.Parameter],
+    group: dist.ProcessGroup | None = None,
+    stamp: Callable[[str], None] | None = None,
+) -> list[int]:
     """Average a calibration step's gradients across the ranks, as DDP would have during backward: each rank's
     gradient divided by the world size, then summed. Called after backward and before the optimizer step, on every
     rank at the same point; a parameter without a gradient (unused this step) counts as zeros, as in DDP.
 
-    The gradients go in chunks of at most AVERAGE_CHUNK_BYTES, in parameter order (the same on every rank)."""
+    The gradients go in chunks of at most AVERAGE_CHUNK_BYTES, in parameter order (the same on every rank). Each
+    chunk's all_reduce is the training's own collective with backward over and nothing else running, so with
+    `stamp` it is stamped apart from the copies around it (`average_stamp_names(i)`, on the current stream): the
+    advisor's rate of a collective after backward. Returns each chunk's bytes ([] at world size 1)."""
     world_size = dist.get_world_size(group)
     if world_size == 1:
-        return
+        return []
     grads = []
     for p in parameters:
         if p.requires_grad:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             grads.append(p.grad)
-    for chunk in _chunks(grads):
+    sizes = []
+    for index, chunk in enumerate(_chunks(grads)):
         flat = torch.cat([g.reshape(-1) for g in chunk]).div_(world_size)
+        start, done = average_stamp_names(index)
+        if stamp is not None:
+            stamp(start)
+        # Blocking: on NCCL the current stream then waits for the collective, so a stamp recorded next is its end.
         dist.all_reduce(flat, group=group)
+        if stamp is not None:
+            stamp(done)
+        sizes.append(flat.numel() * flat.element_size())
         for grad, averaged in zip(chunk, flat.split([g.numel() for g in chunk]), strict=True):
             grad.copy_(averaged.view(grad.shape))
+    return sizes
+
+
+def average_stamp_names(index: int) -> tuple[str, str]:
+    """The names of chunk `index`'s stamps around its all_reduce (StepStamps.mark)."""
+    return f"average_{index}_start", f"average_{index}_done"
 
 
 def _chunks(grads: list[torch.Tensor]) -> Iterator[list[torch.Tensor]]:
