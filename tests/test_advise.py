@@ -91,6 +91,36 @@ def test_exposed_tail_worked_out_by_hand(cap_mb, buckets, tail_ms):
     assert half.tail_ms == pytest.approx(tail_ms / 2)
 
 
+# The same link, but twice as fast once backward is over (the run's calibration all_reduces measured that).
+FASTER_AFTER_BACKWARD = Network(
+    0.0, FIVE_MS_PER_MIB.busbw_gbps, 2, after_backward_busbw_gbps=2 * FIVE_MS_PER_MIB.busbw_gbps
+)
+
+
+@pytest.mark.parametrize(
+    ("cap_mb", "tail_ms"),
+    [
+        (1, 2.5),  # 10–15 and 20–25 beside backward; p0 at 30, after it: 2.5 ms
+        (2, 2.5),  # {p2, p1} 20–30 beside backward (ends as backward does); {p0} 30–32.5
+        (3, 7.5),  # one 3 MiB bucket at 30, all after backward: 7.5 ms, not 15
+    ],
+)
+def test_what_runs_after_backward_goes_at_the_rate_after_it(cap_mb, tail_ms):
+    step = predict_candidate(cap_candidate(cap_mb, "allreduce"), FASTER_AFTER_BACKWARD, 2, three_mib_timeline())
+    assert step.tail_ms == pytest.approx(tail_ms)
+
+
+def test_a_collective_that_outlasts_backward_sends_the_rest_at_the_rate_after_it():
+    """A 2 MiB bucket ready at 25 ms of a 30 ms backward: 5 of its 10 ms beside backward send half its bytes;
+    the other half goes at twice the rate, 2.5 ms: it ends at 32.5."""
+    n = MIB // 4
+    params = (ParamReady(0, "a", n, 4, 25.0), ParamReady(1, "b", n, 4, 25.0), ParamReady(2, "c", n, 4, 0.0))
+    inputs = StepInputs(BackwardTimeline(params, 0.0, 30.0, 3, "test"), compute_only_ms=30.0, other_ms=0.0)
+    step = predict_candidate(cap_candidate(2, "allreduce"), FASTER_AFTER_BACKWARD, 2, inputs)
+    first = next(b for b in step.buckets if b.numel == 2 * n)
+    assert (first.start_ms, first.end_ms) == pytest.approx((25.0, 32.5))
+
+
 def test_hidden_communication_costs_kappa():
     """κ = 1: every ms of communication under backward costs a ms; the 1 MiB cap hides 10 ms (two buckets)."""
     inputs = three_mib_timeline()

@@ -14,8 +14,10 @@ saturated only while neither rank computes; the ranks' backward takes the cores 
 from __future__ import annotations
 
 import pytest
+import torchvision
 
 from bench.exposed_ab import run_two_hosts, train_args
+from harness.analysis.prediction import network_from_run
 from tests.netns import shaping_unavailable, two_hosts
 
 needs_shaping = pytest.mark.skipif(shaping_unavailable() is not None, reason=str(shaping_unavailable()))
@@ -55,3 +57,26 @@ def test_bucket_busbw_is_the_link_rate_and_fp16_halves_comm_time(tmp_path):
     # The cast and the copy back are timed, and apart: a few ms on the CPU, never part of the comm time above.
     assert fp16["totals"]["codec_ms_p50"] > 0
     assert all(b["codec_ms_p50"] > 0 for b in fp16["buckets"])
+
+
+@pytest.mark.slow
+@needs_shaping
+def test_all_reduce_after_backward_runs_at_the_link_rate(tmp_path):
+    """The calibration steps' all_reduces, made once backward is over (calibration.average_gradients), are the
+    advisor's rate after backward (prediction.after_backward_busbw). With neither rank computing, gloo saturates
+    the link: their bus bandwidth is the tbf rate less the headers (1.054× the buffer on the wire), and their bytes
+    are every gradient byte of the model, chunk by chunk."""
+    args = train_args("resnet18", 32, None, 8, ["--timeout", "60", "--calibration-steps", "2"])
+    with two_hosts(rate_mbit=RATE_MBIT) as hosts:
+        summary = run_two_hosts(hosts, args, "allreduce", tmp_path, "after", MASTER_PORT + 2, 180)
+    recorded = summary["average_all_reduces"]
+    steps = summary["totals"]["calibration_steps"] + summary["totals"]["timeline_steps"]
+    grad_bytes = sum(p.numel() * 4 for p in torchvision.models.resnet18().parameters())
+    assert len(recorded["bytes"]) % steps == 0 and len(recorded["bytes"]) > 0, (recorded, steps)
+    assert sum(recorded["bytes"]) == steps * grad_bytes
+    network = network_from_run(summary, str(tmp_path))
+    assert network is not None and network.after_backward_busbw_gbps is not None
+    ratio = network.after_backward_busbw_gbps / RATE_GBPS
+    print(f"\nafter backward: B_bus {network.after_backward_busbw_gbps:.4f} GB/s = {ratio:.3f} × the link; "
+          f"beside backward (in-run fit) {network.busbw_gbps:.4f} GB/s; chunks {recorded}")  # fmt: skip
+    assert 0.8 <= ratio <= 1.0, network.source
