@@ -61,22 +61,32 @@ def test_bucket_busbw_is_the_link_rate_and_fp16_halves_comm_time(tmp_path):
 
 @pytest.mark.slow
 @needs_shaping
-def test_all_reduce_after_backward_runs_at_the_link_rate(tmp_path):
-    """The calibration steps' all_reduces, made once backward is over (calibration.average_gradients), are the
-    advisor's rate after backward (prediction.after_backward_busbw). With neither rank computing, gloo saturates
-    the link: their bus bandwidth is the tbf rate less the headers (1.054× the buffer on the wire), and their bytes
-    are every gradient byte of the model, chunk by chunk."""
+def test_all_reduces_after_backward_run_at_the_link_rate_in_every_dtype(tmp_path):
+    """The calibration steps' all_reduces, made once backward is over (calibration.py), are the advisor's rates
+    after backward (prediction.after_backward_busbw). With neither rank computing, gloo saturates the link: the
+    bus bandwidth of the gradient averaging is the tbf rate less the headers (1.054× the buffer on the wire), and
+    its bytes are every gradient byte of the model. The timeline steps' float16 and bfloat16 probes cross the same
+    link, which carries bytes whatever they hold: per byte they go at float32's rate."""
     args = train_args("resnet18", 32, None, 8, ["--timeout", "60", "--calibration-steps", "2"])
     with two_hosts(rate_mbit=RATE_MBIT) as hosts:
         summary = run_two_hosts(hosts, args, "allreduce", tmp_path, "after", MASTER_PORT + 2, 180)
-    recorded = summary["average_all_reduces"]
-    steps = summary["totals"]["calibration_steps"] + summary["totals"]["timeline_steps"]
+    recorded = summary["after_backward_all_reduces"]
+    rows = list(zip(recorded["dtype"], recorded["bytes"], recorded["ms"], strict=True))
+    totals = summary["totals"]
+    steps = totals["calibration_steps"] + totals["timeline_steps"]
     grad_bytes = sum(p.numel() * 4 for p in torchvision.models.resnet18().parameters())
-    assert len(recorded["bytes"]) % steps == 0 and len(recorded["bytes"]) > 0, (recorded, steps)
-    assert sum(recorded["bytes"]) == steps * grad_bytes
+    assert sum(size for dtype, size, _ in rows if dtype == "float32") == steps * grad_bytes, rows
+    first_chunk = rows[0][1]
+    for probed in ("float16", "bfloat16"):
+        sizes = [size for dtype, size, _ in rows if dtype == probed]
+        assert sizes == [first_chunk // 2] * totals["timeline_steps"], (probed, rows)
     network = network_from_run(summary, str(tmp_path))
     assert network is not None and network.after_backward_busbw_gbps is not None
     ratio = network.after_backward_busbw_gbps / RATE_GBPS
     print(f"\nafter backward: B_bus {network.after_backward_busbw_gbps:.4f} GB/s = {ratio:.3f} × the link; "
-          f"beside backward (in-run fit) {network.busbw_gbps:.4f} GB/s; chunks {recorded}")  # fmt: skip
+          f"beside backward (in-run fit) {network.busbw_gbps:.4f} GB/s; per byte against float32: "
+          f"{network.dtype_rate}; {rows}")  # fmt: skip
     assert 0.8 <= ratio <= 1.0, network.source
+    assert set(network.dtype_rate) == {"float16", "bfloat16"}
+    for dtype, rate in network.dtype_rate.items():
+        assert 0.85 <= rate <= 1.15, (dtype, network.source)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.analysis.bucket_layout import PlannedBucket
@@ -30,6 +30,7 @@ from harness.common.sweep_fits import FitRecordError, load_fits
 ALPHA_SCALINGS = ("constant", "ring")
 HOOKS = ("allreduce", "fp16", "bf16")  # PowerSGD's traffic depends on its rank and state: not modelled
 COMPRESSED_ITEMSIZE = {"fp16": 2, "bf16": 2}
+COMPRESSED_DTYPE = {"fp16": "float16", "bf16": "bfloat16"}  # what the compress hooks send
 # Backward costs about twice the forward (two matmuls per forward matmul), so 2/3 of forward + backward.
 DEFAULT_BACKWARD_SHARE = 2 / 3
 
@@ -71,6 +72,14 @@ class Network:
     after_backward_busbw_gbps: float | None = None
     """The bus bandwidth of a collective that runs once backward is over (the run's calibration all_reduces,
     network_from_run); None: the same as busbw_gbps. On CPU gloo a collective beside backward shares its cores."""
+    wire_dtype: str = "float32"
+    """The dtype the rates above were measured in (the run's buckets')."""
+    gradient_dtype: str = "float32"
+    """What the allreduce hook sends: the gradients' dtype."""
+    dtype_rate: dict[str, float] = field(default_factory=dict)
+    """Per dtype sent, its rate per byte over wire_dtype's, both measured after backward (network_from_run);
+    a dtype not here: 1. gloo sums float16 on the CPU element by element, so where the cores bound it, half
+    the bytes take about as long."""
 
     def alpha_at_us(self, world_size: int) -> float:
         """α(n): constant, or growing with the ring's 2(n−1) hops."""
@@ -78,12 +87,16 @@ class Network:
             return self.alpha_us
         return self.alpha_us * (world_size - 1) / (self.ref_world_size - 1)
 
-    def all_reduce_us(self, size_bytes: float, world_size: int, after_backward: bool = False) -> float:
+    def all_reduce_us(
+        self, size_bytes: float, world_size: int, after_backward: bool = False, dtype: str | None = None
+    ) -> float:
         """t = α(n) + S × 2(n−1)/n / B_bus, in µs (with one rank nothing travels: t = α); with `after_backward`,
-        at the bandwidth of a collective that has backward's cores to itself, where the run measured one."""
+        at the bandwidth of a collective that has backward's cores to itself, where the run measured one; for
+        `dtype` (None: the gradients'), at that dtype's rate (dtype_rate)."""
         busbw = self.busbw_gbps
         if after_backward and self.after_backward_busbw_gbps is not None:
             busbw = self.after_backward_busbw_gbps
+        busbw *= self.dtype_rate.get(dtype or self.gradient_dtype, 1.0)
         factor = busbw_factor("all_reduce", world_size)
         transfer = 0.0 if factor == 0 or math.isinf(busbw) else size_bytes * factor / (busbw * 1e3)
         return self.alpha_at_us(world_size) + transfer
@@ -209,13 +222,18 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
             worst = max((t - busy.all_reduce_us(s, world)) / t for s, t in points)
     sources = sorted({b.get("time_source") or "?" for b in summary.get("buckets", [])})
     source = f"in-run fit ({how}) of {run}'s {len(points)} buckets ({world} ranks, {', '.join(sources)} times)"
+    wire = next((b["dtype"] for b in summary.get("buckets", []) if b.get("dtype")), "float32")
     after = after_backward_busbw(summary, alpha, world)
-    if after is not None:
-        busbw_after, samples = after
+    busbw_after = after[wire][0] if wire in after else None
+    if busbw_after is not None:
         source += (
-            f"; after backward B_bus {busbw_after:.3g} GB/s, the median of its {samples} calibration all_reduces"
-            " (backward over, nothing else running)"
+            f"; after backward B_bus {busbw_after:.3g} GB/s, the median of its {after[wire][1]} calibration"
+            f" all_reduces in {wire} (backward over, nothing else running)"
         )
+    dtype_rate = {dtype: rate / after[wire][0] for dtype, (rate, _) in after.items() if dtype != wire and wire in after}
+    if dtype_rate:
+        source += "; per byte, " + ", ".join(f"{dtype} {ratio:.2f}×" for dtype, ratio in sorted(dtype_rate.items()))
+        source += f" {wire}'s rate (probed after backward)"
     return Network(
         alpha_us=alpha,
         busbw_gbps=busbw,
@@ -224,25 +242,26 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
         source=source,
         fit_max_rel_error=worst,
         fit_range_bytes=(min(s for s, _ in points), max(s for s, _ in points)),
-        after_backward_busbw_gbps=after[0] if after is not None else None,
+        after_backward_busbw_gbps=busbw_after,
+        wire_dtype=wire,
+        gradient_dtype=(summary.get("after_backward_all_reduces") or {}).get("dtype", [wire])[0],
+        dtype_rate=dtype_rate,
     )
 
 
-def after_backward_busbw(summary: dict[str, Any], alpha_us: float, world: int) -> tuple[float, int] | None:
-    """(B_bus, samples) of the run's all_reduces once backward is over: its calibration steps average their
-    gradients after backward (calibration.average_gradients), chunk by chunk, each stamped apart from the copies
-    around it. B_bus = S × 2(n−1)/n / (t − α) per chunk, its median. None where the run has none (world size 1,
-    no calibration, an older train.py) or none took longer than α."""
-    recorded = summary.get("average_all_reduces") or {}
+def after_backward_busbw(summary: dict[str, Any], alpha_us: float, world: int) -> dict[str, tuple[float, int]]:
+    """Per dtype, (B_bus, samples) of the run's all_reduces once backward is over: its calibration steps average
+    their gradients after backward, chunk by chunk, and its timeline steps probe the compress hooks' dtypes,
+    each stamped apart from the copies around it (calibration.py). B_bus = S × 2(n−1)/n / (t − α) per
+    collective, its median. Empty where the run has none (world size 1, no calibration, an older train.py)."""
+    recorded = summary.get("after_backward_all_reduces") or {}
     factor = busbw_factor("all_reduce", world)
-    rates = [
-        size * factor / ((1e3 * ms - alpha_us) * 1e3)
-        for size, ms in zip(recorded.get("bytes", []), recorded.get("ms", []), strict=False)
-        if is_finite(ms) and size > 0 and 1e3 * ms > alpha_us
-    ]
-    if not rates or factor == 0:
-        return None
-    return percentile(rates, 50), len(rates)
+    rates: dict[str, list[float]] = {}
+    rows = zip(recorded.get("dtype", []), recorded.get("bytes", []), recorded.get("ms", []), strict=False)
+    for dtype, size, ms in rows:
+        if factor > 0 and is_finite(ms) and size > 0 and 1e3 * ms > alpha_us:
+            rates.setdefault(dtype, []).append(size * factor / ((1e3 * ms - alpha_us) * 1e3))
+    return {dtype: (percentile(values, 50), len(values)) for dtype, values in rates.items()}
 
 
 def check_fit_range(network: Network, sizes: list[int], extrapolate: bool = False, sweep: str = "") -> str | None:

@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass, field
 
 from harness.analysis.backward_timeline import BackwardTimeline, CodecCost, ParamReady
-from harness.analysis.prediction import COMPRESSED_ITEMSIZE, Network
+from harness.analysis.prediction import COMPRESSED_DTYPE, COMPRESSED_ITEMSIZE, Network
 from harness.common.names import DEFAULT_BUCKET_CAP_MB, MIB
 
 FIRST_BUCKET_BYTES = MIB  # dist._DEFAULT_FIRST_BUCKET_BYTES: DDP's first bucket while the cap is its default
@@ -54,7 +54,8 @@ FORMULAS = (
     "S_b = Σ numel × bytes on the wire (4 for fp32 gradients, 2 with the fp16/bf16 hooks)",
     "t_b = α(n) + S_b × 2(n−1)/n / B_bus   (ring all_reduce), at the in-run fit's B_bus while backward runs and at"
     " B_bus' (the run's calibration all_reduces, made after backward) for what runs after it: a collective that"
-    " starts before E and outlasts it sends the rest of its bytes at B_bus'",
+    " starts before E and outlasts it sends the rest of its bytes at B_bus'; both × the dtype's rate per byte"
+    " against the run's own (fp16/bf16 probed after backward in the timeline steps; 1 where not probed)",
     "k_b = codec(numel_b) = fixed + per-element × numel_b   (fp16/bf16 only; half before the launch, half after)",
     "launch_b = max(F + max_{p∈b} r_p + Σ_{c≤b} k_c/2, launch_{b−1})   (F: forward; casts run on the compute path)",
     "start_b = max(launch_b, end_{b−1}),  end_b = start_b + t_b + k_b/2   (collectives serial, in index order)",
@@ -224,7 +225,7 @@ def simulate(
         compress_total += codec_ms / 2
         launch = max(forward + bucket.ready_ms + compress_total, previous_launch)
         start = max(launch, chain_end)
-        comm = collective_ms(network, size, world_size, start, backward_end)
+        comm = collective_ms(network, size, world_size, start, backward_end, COMPRESSED_DTYPE.get(hook))
         chain_end = start + comm + codec_ms / 2
         previous_launch = launch
         rows.append(BucketTiming(size, bucket.numel, bucket.ready_ms, start, chain_end, comm, codec_ms))
@@ -245,13 +246,15 @@ def simulate(
     )
 
 
-def collective_ms(network: Network, size: float, world_size: int, start: float, backward_end: float) -> float:
-    """One bucket's all_reduce starting at `start`: at the rate beside backward until backward ends at
-    `backward_end`, then the rest of its bytes at the rate after backward (FORMULAS: t_b)."""
-    beside = network.all_reduce_us(size, world_size) / 1e3
+def collective_ms(
+    network: Network, size: float, world_size: int, start: float, backward_end: float, dtype: str | None = None
+) -> float:
+    """One bucket's all_reduce of `dtype` (None: the gradients') starting at `start`: at the rate beside backward
+    until backward ends at `backward_end`, then the rest of its bytes at the rate after backward (FORMULAS: t_b)."""
+    beside = network.all_reduce_us(size, world_size, dtype=dtype) / 1e3
     if start + beside <= backward_end:
         return beside
-    after = network.all_reduce_us(size, world_size, after_backward=True) / 1e3
+    after = network.all_reduce_us(size, world_size, after_backward=True, dtype=dtype) / 1e3
     if start >= backward_end:
         return after
     room = backward_end - start
@@ -300,6 +303,7 @@ def best_list(hook: str, network: Network, world_size: int, inputs: StepInputs) 
     order = inputs.timeline.ready_order()
     groups = _coarsen(order, MAX_LIST_GROUPS)
     codec = inputs.codec.get(hook)
+    wire_dtype = COMPRESSED_DTYPE.get(hook)
     forward = inputs.timeline.forward_ms
     backward_end = forward + inputs.timeline.backward_ms
     ready = [forward + g[-1].ready_ms for g in groups]
@@ -312,13 +316,13 @@ def best_list(hook: str, network: Network, world_size: int, inputs: StepInputs) 
         for i in range(j):
             size, elements = wire[j] - wire[i], numel[j] - numel[i]
             codec_ms = codec.ms(elements) if codec else 0.0
-            beside = network.all_reduce_us(size, world_size) / 1e3
+            beside = network.all_reduce_us(size, world_size, dtype=wire_dtype) / 1e3
             for k, (end, cost, _, _) in enumerate(fronts[i]):
                 start = max(ready[j - 1], end)
                 comm = (
                     beside
                     if start + beside <= backward_end
-                    else collective_ms(network, size, world_size, start, backward_end)
+                    else collective_ms(network, size, world_size, start, backward_end, wire_dtype)
                 )
                 duration = comm + codec_ms
                 hidden = max(0.0, min(start + duration, backward_end) - start)

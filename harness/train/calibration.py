@@ -33,6 +33,7 @@ import torch.distributed as dist
 from harness.common.metrics import percentile
 from harness.common.names import DEFAULT_BUCKET_CAP_MB, MIB, WARMUP_STEPS
 from harness.train.exposure_estimate import reference_ms
+from harness.train.hook import dtype_name
 
 DEFAULT_BLOCK_STEPS = 3
 DEFAULT_EVERY = 25
@@ -113,7 +114,7 @@ def average_gradients(
     parameters: Iterable[torch.nn.Parameter],
     group: dist.ProcessGroup | None = None,
     stamp: Callable[[str], None] | None = None,
-) -> list[int]:
+) -> list[tuple[str, int]]:
     """Average a calibration step's gradients across the ranks, as DDP would have during backward: each rank's
     gradient divided by the world size, then summed. Called after backward and before the optimizer step, on every
     rank at the same point; a parameter without a gradient (unused this step) counts as zeros, as in DDP.
@@ -121,7 +122,7 @@ def average_gradients(
     The gradients go in chunks of at most AVERAGE_CHUNK_BYTES, in parameter order (the same on every rank). Each
     chunk's all_reduce is the training's own collective with backward over and nothing else running, so with
     `stamp` it is stamped apart from the copies around it (`average_stamp_names(i)`, on the current stream): the
-    advisor's rate of a collective after backward. Returns each chunk's bytes ([] at world size 1)."""
+    advisor's rate of a collective after backward. Returns each chunk's (dtype name, bytes) ([] at world size 1)."""
     world_size = dist.get_world_size(group)
     if world_size == 1:
         return []
@@ -141,7 +142,7 @@ def average_gradients(
         dist.all_reduce(flat, group=group)
         if stamp is not None:
             stamp(done)
-        sizes.append(flat.numel() * flat.element_size())
+        sizes.append((dtype_name(flat.dtype), flat.numel() * flat.element_size()))
         for grad, averaged in zip(chunk, flat.split([g.numel() for g in chunk]), strict=True):
             grad.copy_(averaged.view(grad.shape))
     return sizes
@@ -150,6 +151,33 @@ def average_gradients(
 def average_stamp_names(index: int) -> tuple[str, str]:
     """The names of chunk `index`'s stamps around its all_reduce (StepStamps.mark)."""
     return f"average_{index}_start", f"average_{index}_done"
+
+
+# The dtypes the compress hooks send (hook.py), whose all_reduce rate the timeline steps probe after backward.
+WIRE_PROBE_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def probe_wire_dtypes(
+    numel: int, device: torch.device, group: dist.ProcessGroup | None, stamp: Callable[[str], None]
+) -> list[tuple[str, int]]:
+    """All_reduce `numel` zeros in each of WIRE_PROBE_DTYPES, each stamped (`wire_stamp_names`), after a timeline
+    step's averaging: the advisor's rate of the compress hooks' collective, measured as the fp32 chunks beside it.
+    A backend's rate per byte need not be the same in every dtype: gloo sums float16 on the CPU element by element,
+    so on loopback, where the cores bound the collective, half the bytes take about as long. Every rank calls
+    it at the same point. Returns (dtype name, bytes) per probe, in order."""
+    probed = []
+    for dtype in WIRE_PROBE_DTYPES:
+        buffer = torch.zeros(numel, dtype=dtype, device=device)
+        start, done = wire_stamp_names(dtype)
+        stamp(start)
+        dist.all_reduce(buffer, group=group)
+        stamp(done)
+        probed.append((dtype_name(dtype), numel * buffer.element_size()))
+    return probed
+
+
+def wire_stamp_names(dtype: torch.dtype) -> tuple[str, str]:
+    return f"wire_{dtype_name(dtype)}_start", f"wire_{dtype_name(dtype)}_done"
 
 
 def _chunks(grads: list[torch.Tensor]) -> Iterator[list[torch.Tensor]]:

@@ -59,7 +59,14 @@ from harness.common.names import WARMUP_STEPS
 from harness.common.run_identity import trial_name
 from harness.train import dashboards
 from harness.train import summary as run_summary
-from harness.train.calibration import TIMELINE_STEPS, Calibration, average_gradients, average_stamp_names
+from harness.train.calibration import (
+    TIMELINE_STEPS,
+    Calibration,
+    average_gradients,
+    average_stamp_names,
+    probe_wire_dtypes,
+    wire_stamp_names,
+)
 from harness.train.codec_probe import probe_codec
 from harness.train.config import NO_HOOK
 from harness.train.ddp_crosscheck import DDPStatsReader, compare_comm, ddp_samples_iteration, harness_comm_span_ms
@@ -156,10 +163,11 @@ class CommTimingCallback(pl.Callback):
         self._stopping = False  # in on_exception: an output that fails now must not stop the keeping
         self.buffer_bytes = 0  # what DDP broadcasts from rank 0 before every forward (BatchNorm statistics)
         self.grad_bytes = 0  # the gradients a calibration step averages after backward
-        # Each chunk of that averaging: its bytes, and every calibration step's all_reduce time of it (ms), with
-        # backward over and nothing else running (calibration.average_gradients): the advisor's rate after backward.
-        self.average_chunk_bytes: list[int] = []
-        self.average_all_reduces: list[tuple[int, float]] = []
+        # The collectives a calibration step makes after backward, with nothing else running: its averaging, chunk
+        # by chunk, and on timeline steps the probe of the compress hooks' dtypes (calibration.py). Each as
+        # (dtype, stamp names, bytes); and every one resolved, (dtype, bytes, ms): the advisor's rates after backward.
+        self.after_backward_stamps: list[tuple[str, tuple[str, str], int]] = []
+        self.after_backward_all_reduces: list[tuple[str, int, float]] = []
         # DDP's own sampled statistics, read at the steps it sampled, and the harness's span on those steps.
         self.ddp_reader: DDPStatsReader | None = None
         self._ddp_spans: dict[int, float] = {}
@@ -298,9 +306,16 @@ class CommTimingCallback(pl.Callback):
             with self._collective_phase(
                 f"all_reduce of step {step}'s gradients after its compute-only backward (calibration, {size})"
             ):
-                self.average_chunk_bytes = average_gradients(
-                    pl_module.parameters(), self.state.process_group, partial(self.state.stamps.mark, step)
-                )
+                stamp = partial(self.state.stamps.mark, step)
+                chunks = average_gradients(pl_module.parameters(), self.state.process_group, stamp)
+                stamps = [(dtype, average_stamp_names(i), size) for i, (dtype, size) in enumerate(chunks)]
+                if self.calibration.is_timeline_step(step) and chunks:
+                    # As many elements as the first chunk: the compress hooks' collective of the same bucket.
+                    dtype, size = chunks[0]
+                    numel = size // getattr(torch, dtype).itemsize
+                    probes = probe_wire_dtypes(numel, pl_module.device, self.state.process_group, stamp)
+                    stamps += [(dtype, wire_stamp_names(dtype), size) for dtype, size in probes]
+                self.after_backward_stamps = stamps
             self.state.stamps.mark(self.state.step, GRADS_AVERAGED)
         self.cpu_s["callback"] += time.thread_time() - cpu
 
@@ -326,12 +341,12 @@ class CommTimingCallback(pl.Callback):
         if self.grad_ready is not None:
             self.grad_ready.resolve(upto)
 
-    def _keep_average_all_reduces(self, marks: dict[str, float]) -> None:
-        """A calibration step's averaging all_reduces, chunk by chunk: (bytes, ms) where both stamps were taken."""
-        for index, size in enumerate(self.average_chunk_bytes):
-            start, done = (marks.get(name) for name in average_stamp_names(index))
+    def _keep_after_backward_all_reduces(self, marks: dict[str, float]) -> None:
+        """A calibration step's all_reduces after backward: (dtype, bytes, ms) of each whose two stamps it took."""
+        for dtype, names, size in self.after_backward_stamps:
+            start, done = (marks.get(name) for name in names)
             if start is not None and done is not None:
-                self.average_all_reduces.append((size, done - start))
+                self.after_backward_all_reduces.append((dtype, size, done - start))
 
     def _finish_step(self, resolved: ResolvedStep, gather: bool = True) -> None:
         calibrating = self.calibration.is_calibration_step(resolved.step)
@@ -346,7 +361,7 @@ class CommTimingCallback(pl.Callback):
             averaged_ms = (resolved.marks or {}).get(GRADS_AVERAGED)
             if averaged_ms is not None and resolved.fwd_bwd_ms is not None:
                 self.overhead_s["calibration"] += max(0.0, averaged_ms - resolved.fwd_bwd_ms) / 1e3
-            self._keep_average_all_reduces(resolved.marks or {})
+            self._keep_after_backward_all_reduces(resolved.marks or {})
             self.aggregate.compute_only_ms = self.calibration.compute_only_ms
         stats = step_stats(
             resolved,
@@ -505,7 +520,7 @@ class CommTimingCallback(pl.Callback):
             ddp_logging=run_summary.ddp_logging(trainer.strategy.model),
             ddp_crosscheck=self._ddp_crosscheck(),
             calibration_samples=self.calibration.samples,
-            average_all_reduces=self.average_all_reduces,
+            after_backward_all_reduces=self.after_backward_all_reduces,
             timeline_steps=self.timeline_steps_run,
             calibration_every=self.calibration.every,
             bootstrap_draws=BOOTSTRAP_DRAWS if final else PARTIAL_BOOTSTRAP_DRAWS,

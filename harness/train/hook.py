@@ -30,6 +30,11 @@ from models import gradient_bytes
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """'float32' for torch.float32: the dtype names summary.json uses (a dict first: the hook calls this per bucket)."""
+    return _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch.")
+
+
 @dataclass
 class TimedHookState:
     """State passed to DDP with the hook: the process group, the base hook's kind, and the stamps of the
@@ -127,7 +132,7 @@ class TimedHookState:
             num_params=contents.num_params,
             numel=buffer.numel(),
             bytes=bytes_,
-            dtype=_DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch."),
+            dtype=dtype_name(dtype),
         )
         record.ready = self.stamps.now()
         self.stamps.records.setdefault(self.step, []).append(record)

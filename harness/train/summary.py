@@ -32,7 +32,7 @@ def build_summary(
     ddp_logging: dict[str, Any] | None = None,
     ddp_crosscheck: dict[str, Any] | None = None,
     calibration_samples: list[tuple[int, float]] | None = None,
-    average_all_reduces: list[tuple[int, float]] | None = None,
+    after_backward_all_reduces: list[tuple[str, int, float]] | None = None,
     calibration_every: int = 0,
     timeline_steps: int = 0,
     last_rank_spread: dict[str, Any] | None = None,
@@ -44,14 +44,15 @@ def build_summary(
     """Everything a later comparison needs, as plain JSON types. Warm-up and calibration steps are excluded.
     The advisor's inputs, null where not measured: "backward_timeline", rank 0's per-parameter gradient-ready
     times from the calibration steps (grad_ready.py), and "codec_probe", the fp16/bf16 codec's cost probed at
-    the end of a completed run (codec_probe.py); "average_all_reduces", the calibration steps' gradient
-    all_reduces after backward, each chunk's bytes and ms (calibration.average_gradients; empty at world size 1).
+    the end of a completed run (codec_probe.py); "after_backward_all_reduces", the calibration steps' all_reduces
+    after backward (their averaging, chunk by chunk, and on timeline steps a probe of the compress hooks' dtypes),
+    each one's dtype, bytes and ms (calibration.py; empty at world size 1).
 
     Exposed communication is judged here, step by step, against the calibration samples nearest each step on
     either side, with its 95 % interval (exposure_estimate.py); the per-step TensorBoard series could only use
     the samples taken before each step."""
     calibration_samples = calibration_samples or []
-    average_all_reduces = average_all_reduces or []
+    after_backward_all_reduces = after_backward_all_reduces or []
     buckets = []
     for index in sorted(aggregate.buckets):
         b = aggregate.buckets[index]
@@ -136,10 +137,11 @@ def build_summary(
         "ddp_crosscheck": ddp_crosscheck or {},
         "calibration_samples_ms": [ms for _, ms in calibration_samples],
         "calibration_sample_steps": [step for step, _ in calibration_samples],
-        # The calibration steps' gradient all_reduces, after backward with nothing else running (calibration.py).
-        "average_all_reduces": {
-            "bytes": [b for b, _ in average_all_reduces],
-            "ms": [ms for _, ms in average_all_reduces],
+        # The calibration steps' all_reduces after backward, with nothing else running (calibration.py).
+        "after_backward_all_reduces": {
+            "dtype": [dtype for dtype, _, _ in after_backward_all_reduces],
+            "bytes": [size for _, size, _ in after_backward_all_reduces],
+            "ms": [ms for _, _, ms in after_backward_all_reduces],
         },
         "last_rank_spread": last_rank_spread,
         "overhead_s": overhead_s or {},
