@@ -121,6 +121,18 @@ def test_a_collective_that_outlasts_backward_sends_the_rest_at_the_rate_after_it
     assert (first.start_ms, first.end_ms) == pytest.approx((25.0, 32.5))
 
 
+def test_a_dtype_at_half_the_rate_per_byte_takes_as_long_with_half_the_bytes():
+    """gloo on loopback sums float16 element by element: a run that probed float16 at half float32's rate per
+    byte predicts fp16 buckets as long as fp32's; bfloat16, not probed, at float32's rate."""
+    network = Network(0.0, FIVE_MS_PER_MIB.busbw_gbps, 2, dtype_rate={"float16": 0.5})
+    inputs = three_mib_timeline()
+    fp32, fp16, bf16 = (
+        predict_candidate(cap_candidate(3, hook), network, 2, inputs) for hook in ("allreduce", "fp16", "bf16")
+    )
+    assert fp32.tail_ms == fp16.tail_ms == pytest.approx(15.0)
+    assert bf16.tail_ms == pytest.approx(7.5)
+
+
 def test_hidden_communication_costs_kappa():
     """κ = 1: every ms of communication under backward costs a ms; the 1 MiB cap hides 10 ms (two buckets)."""
     inputs = three_mib_timeline()
