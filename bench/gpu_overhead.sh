@@ -8,7 +8,7 @@
 #      Python sorted into the harness's work and the rest (where the pairs' gap goes);
 #   4. bench.vs_plain pairs: train.py against the hand-written loop, process by process (issue 11).
 # Usage: OUT=dir [VARIANTS=a,b] [PAIRS_S=seconds] [PROFILE=1] bash bench/gpu_overhead.sh [pairs] [batch] [long-run
-# steps, 0: none]
+# steps, 0: none]. VARIANTS=noop makes each pair also an A/B of the exposed time train.py reports.
 # google-crc32c and py-spy are installed from ./.wheels (pip download them there) where the image lacks them and
 # has no index.
 set -u

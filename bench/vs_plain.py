@@ -51,6 +51,9 @@ VARIANTS: dict[str, list[str]] = {
     "no_hook": ["--comm-hook", "none"],  # also no calibration: it needs the hook to skip communication
     "lightning_alone": ["--harness", "off"],
     "no_calibration": ["--calibration-steps", "0"],
+    # The timed noop hook: each pair is then also an A/B of train.py's own exposed-time estimate (issue 10), kept
+    # per run as exposed_ms_p50 and its interval.
+    "noop": ["--comm-hook", "noop"],
     # Every cost switch that keeps the headline figures (step time, samples/s, comm time): exposed time and the
     # ranks' skew are given up.
     "lean": ["--no-progress-bar", "--log-every", "50", "--calibration-steps", "0", "--gather-every", "0"],
