@@ -29,7 +29,13 @@ from typing import Any
 from harness.analysis.advice import ADVISOR_HOOKS, Advice, advise, describe, same_buckets, step_inputs
 from harness.analysis.advice_report import advice_json, format_advice, train_flags
 from harness.analysis.checked import BadFile, check_outputs, write_output
-from harness.analysis.prediction import ALPHA_SCALINGS, Network, network_from_run, network_from_sweep
+from harness.analysis.prediction import (
+    ALPHA_SCALINGS,
+    Network,
+    network_from_run,
+    network_from_sweep,
+    with_run_rates,
+)
 from harness.analysis.runs import read_summary
 from harness.analysis.step_model import ADVISOR_CAPS_MB, Candidate
 from harness.analysis.verification import Verified, format_verification
@@ -129,7 +135,10 @@ def resolve_network(args: argparse.Namespace, summary: dict[str, Any]) -> tuple[
     sweep = network_from_sweep(args.sweep, args.alpha_scaling) if args.sweep else None
     inrun = network_from_run(summary, args.run, args.alpha_scaling)
     use_sweep = args.network == "sweep" or (args.network is None and inrun is None)
-    network = sweep if use_sweep else inrun
+    network = inrun
+    if use_sweep:
+        # A sweep's all_reduce ran with nothing else running, in fp32: the run's probes give the other dtypes' rates.
+        network = with_run_rates(sweep, summary, after_backward=False) if sweep is not None else None
     if args.network == "run" and inrun is None:
         raise UsageError(f"--network run: {why_no_inrun_fit(summary)}")
     if network is None and args.alpha_us is not None and args.busbw_gbps is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.analysis.bucket_layout import PlannedBucket
@@ -222,19 +222,7 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
             worst = max((t - busy.all_reduce_us(s, world)) / t for s, t in points)
     sources = sorted({b.get("time_source") or "?" for b in summary.get("buckets", [])})
     source = f"in-run fit ({how}) of {run}'s {len(points)} buckets ({world} ranks, {', '.join(sources)} times)"
-    wire = next((b["dtype"] for b in summary.get("buckets", []) if b.get("dtype")), "float32")
-    after = after_backward_busbw(summary, alpha, world)
-    busbw_after = after[wire][0] if wire in after else None
-    if busbw_after is not None:
-        source += (
-            f"; after backward B_bus {busbw_after:.3g} GB/s, the median of its {after[wire][1]} calibration"
-            f" all_reduces in {wire} (backward over, nothing else running)"
-        )
-    dtype_rate = {dtype: rate / after[wire][0] for dtype, (rate, _) in after.items() if dtype != wire and wire in after}
-    if dtype_rate:
-        source += "; per byte, " + ", ".join(f"{dtype} {ratio:.2f}×" for dtype, ratio in sorted(dtype_rate.items()))
-        source += f" {wire}'s rate (probed after backward)"
-    return Network(
+    network = Network(
         alpha_us=alpha,
         busbw_gbps=busbw,
         ref_world_size=world,
@@ -242,9 +230,37 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
         source=source,
         fit_max_rel_error=worst,
         fit_range_bytes=(min(s for s, _ in points), max(s for s, _ in points)),
+    )
+    return with_run_rates(network, summary, after_backward=True)
+
+
+def with_run_rates(network: Network, summary: dict[str, Any], after_backward: bool) -> Network:
+    """`network` with what the run measured after backward (after_backward_busbw): each dtype's rate per byte
+    against the run's own buckets' dtype, and with `after_backward` (an in-run fit, whose buckets ran beside
+    backward) the rate after backward itself. A sweep is a collective after backward already: its rate stays."""
+    world = summary.get("world_size") or 1
+    wire = next((b["dtype"] for b in summary.get("buckets", []) if b.get("dtype")), "float32")
+    after = after_backward_busbw(summary, network.alpha_at_us(world), world)
+    if wire not in after:
+        return network
+    source = network.source
+    busbw_after = after[wire][0] if after_backward else None
+    if busbw_after is not None:
+        source += (
+            f"; after backward B_bus {busbw_after:.3g} GB/s, the median of its {after[wire][1]} calibration"
+            f" all_reduces in {wire} (backward over, nothing else running)"
+        )
+    dtype_rate = {dtype: rate / after[wire][0] for dtype, (rate, _) in after.items() if dtype != wire}
+    if dtype_rate:
+        source += "; per byte, " + ", ".join(f"{dtype} {ratio:.2f}×" for dtype, ratio in sorted(dtype_rate.items()))
+        source += f" {wire}'s rate (the run's probes after backward)"
+    gradient_dtype = (summary.get("after_backward_all_reduces") or {}).get("dtype", [wire])[0]
+    return replace(
+        network,
+        source=source,
         after_backward_busbw_gbps=busbw_after,
         wire_dtype=wire,
-        gradient_dtype=(summary.get("after_backward_all_reduces") or {}).get("dtype", [wire])[0],
+        gradient_dtype=gradient_dtype,
         dtype_rate=dtype_rate,
     )
 
