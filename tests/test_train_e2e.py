@@ -126,6 +126,13 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     assert totals["codec_ms_p50"] >= 0 and summary["last_rank_spread"]["step"] == 12
     assert totals["calibration_steps"] == 4 and totals["timeline_steps"] == 2
     assert summary["backward_timeline"]["steps"] == timeline_steps
+    # Every calibration step's averaging after backward (resnet_tiny: one chunk of every gradient byte), and the
+    # two timeline steps' float16 and bfloat16 probes of as many elements: each one kept, once.
+    after = summary["after_backward_all_reduces"]
+    kept = sorted(zip(after["dtype"], after["bytes"], strict=True))
+    probes = [("bfloat16", 2 * params)] * 2 + [("float16", 2 * params)] * 2
+    assert kept == probes + [("float32", 4 * params)] * 6, kept
+    assert all(ms > 0 for ms in after["ms"])
     overhead = summary["overhead_s"]
     assert overhead["gathers"] == 2 and overhead["calibration"] > 0 and overhead["between_steps"] > 0
     # Calibration is 4 of the run's steps, so it is a part of all steps' time, never all of it.

@@ -164,9 +164,10 @@ class CommTimingCallback(pl.Callback):
         self.buffer_bytes = 0  # what DDP broadcasts from rank 0 before every forward (BatchNorm statistics)
         self.grad_bytes = 0  # the gradients a calibration step averages after backward
         # The collectives a calibration step makes after backward, with nothing else running: its averaging, chunk
-        # by chunk, and on timeline steps the probe of the compress hooks' dtypes (calibration.py). Each as
-        # (dtype, stamp names, bytes); and every one resolved, (dtype, bytes, ms): the advisor's rates after backward.
-        self.after_backward_stamps: list[tuple[str, tuple[str, str], int]] = []
+        # by chunk, and on timeline steps the probe of the compress hooks' dtypes (calibration.py). Per step until
+        # it is resolved (two steps later), each as (dtype, stamp names, bytes); and every one resolved, (dtype,
+        # bytes, ms): the advisor's rates after backward.
+        self.after_backward_stamps: dict[int, list[tuple[str, tuple[str, str], int]]] = {}
         self.after_backward_all_reduces: list[tuple[str, int, float]] = []
         # DDP's own sampled statistics, read at the steps it sampled, and the harness's span on those steps.
         self.ddp_reader: DDPStatsReader | None = None
@@ -315,7 +316,7 @@ class CommTimingCallback(pl.Callback):
                     numel = size // getattr(torch, dtype).itemsize
                     probes = probe_wire_dtypes(numel, pl_module.device, self.state.process_group, stamp)
                     stamps += [(dtype, wire_stamp_names(dtype), size) for dtype, size in probes]
-                self.after_backward_stamps = stamps
+                self.after_backward_stamps[step] = stamps
             self.state.stamps.mark(self.state.step, GRADS_AVERAGED)
         self.cpu_s["callback"] += time.thread_time() - cpu
 
@@ -341,9 +342,9 @@ class CommTimingCallback(pl.Callback):
         if self.grad_ready is not None:
             self.grad_ready.resolve(upto)
 
-    def _keep_after_backward_all_reduces(self, marks: dict[str, float]) -> None:
+    def _keep_after_backward_all_reduces(self, step: int, marks: dict[str, float]) -> None:
         """A calibration step's all_reduces after backward: (dtype, bytes, ms) of each whose two stamps it took."""
-        for dtype, names, size in self.after_backward_stamps:
+        for dtype, names, size in self.after_backward_stamps.pop(step, []):
             start, done = (marks.get(name) for name in names)
             if start is not None and done is not None:
                 self.after_backward_all_reduces.append((dtype, size, done - start))
@@ -361,7 +362,7 @@ class CommTimingCallback(pl.Callback):
             averaged_ms = (resolved.marks or {}).get(GRADS_AVERAGED)
             if averaged_ms is not None and resolved.fwd_bwd_ms is not None:
                 self.overhead_s["calibration"] += max(0.0, averaged_ms - resolved.fwd_bwd_ms) / 1e3
-            self._keep_after_backward_all_reduces(resolved.marks or {})
+            self._keep_after_backward_all_reduces(resolved.step, resolved.marks or {})
             self.aggregate.compute_only_ms = self.calibration.compute_only_ms
         stats = step_stats(
             resolved,
