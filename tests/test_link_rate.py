@@ -25,20 +25,32 @@ needs_shaping = pytest.mark.skipif(shaping_unavailable() is not None, reason=str
 RATE_MBIT = 400.0
 RATE_GBPS = RATE_MBIT / 8 / 1000  # decimal GB/s, as busbw is reported
 # ResNet-18 at 32 px: 46.8 MB of fp32 gradients, about 0.95 s a step on the link against 50–150 ms of compute.
-ARGS = train_args("resnet18", 32, None, 10, ["--timeout", "60", "--calibration-steps", "0"])
+# The allreduce run calibrates (2 compute-only steps, then the 2 timeline steps: collectives after backward);
+# with 12 steps it keeps 6 measured ones. The fp16 run has no calibration: 8 measured steps.
+RUN_ARGS = {
+    "allreduce": train_args("resnet18", 32, None, 12, ["--timeout", "60", "--calibration-steps", "2"]),
+    "fp16": train_args("resnet18", 32, None, 10, ["--timeout", "60", "--calibration-steps", "0"]),
+}
 MASTER_PORT = 29571
+
+
+@pytest.fixture(scope="module")
+def shaped_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """One allreduce and one fp16 train.py run over the shaped link, shared by the tests below (each pair of
+    namespace hosts and runs costs about 20 s)."""
+    runs = {}
+    with two_hosts(rate_mbit=RATE_MBIT) as hosts:
+        assert hosts.shaped_rate_mbit(0) == hosts.shaped_rate_mbit(1) == RATE_MBIT
+        for i, (hook, args) in enumerate(RUN_ARGS.items()):
+            logdir = tmp_path_factory.mktemp(hook)
+            runs[hook] = run_two_hosts(hosts, args, hook, logdir, hook, MASTER_PORT + i, 180)
+    return runs
 
 
 @pytest.mark.slow
 @needs_shaping
-def test_bucket_busbw_is_the_link_rate_and_fp16_halves_comm_time(tmp_path):
-    runs = {}
-    with two_hosts(rate_mbit=RATE_MBIT) as hosts:
-        assert hosts.shaped_rate_mbit(0) == hosts.shaped_rate_mbit(1) == RATE_MBIT
-        for i, hook in enumerate(("allreduce", "fp16")):
-            logdir = tmp_path / hook
-            logdir.mkdir()
-            runs[hook] = run_two_hosts(hosts, ARGS, hook, logdir, hook, MASTER_PORT + i, 180)
+def test_bucket_busbw_is_the_link_rate_and_fp16_halves_comm_time(shaped_runs):
+    runs = shaped_runs
     fp32, fp16 = runs["allreduce"], runs["fp16"]
     for name, summary in runs.items():
         totals = summary["totals"]
@@ -61,15 +73,13 @@ def test_bucket_busbw_is_the_link_rate_and_fp16_halves_comm_time(tmp_path):
 
 @pytest.mark.slow
 @needs_shaping
-def test_all_reduces_after_backward_run_at_the_link_rate_in_every_dtype(tmp_path):
+def test_all_reduces_after_backward_run_at_the_link_rate_in_every_dtype(shaped_runs, tmp_path):
     """The calibration steps' all_reduces, made once backward is over (calibration.py), are the advisor's rates
     after backward (prediction.after_backward_busbw). With neither rank computing, gloo saturates the link: the
     bus bandwidth of the gradient averaging is the tbf rate less the headers (1.054× the buffer on the wire), and
     its bytes are every gradient byte of the model. The timeline steps' float16 and bfloat16 probes cross the same
     link, which carries bytes whatever they hold: per byte they go at float32's rate."""
-    args = train_args("resnet18", 32, None, 8, ["--timeout", "60", "--calibration-steps", "2"])
-    with two_hosts(rate_mbit=RATE_MBIT) as hosts:
-        summary = run_two_hosts(hosts, args, "allreduce", tmp_path, "after", MASTER_PORT + 2, 180)
+    summary = shaped_runs["allreduce"]
     recorded = summary["after_backward_all_reduces"]
     rows = list(zip(recorded["dtype"], recorded["bytes"], recorded["ms"], strict=True))
     totals = summary["totals"]
