@@ -172,7 +172,7 @@ def validate_grid(
         f"recommended {'is the measured best or within its spread' if within else 'is NOT within the best spread'}",
         f"- advisor: {advice['confidence']}",
         f"- advisor: κ = {advice['kappa']:.3f} (range {advice['kappa_range'][0]:.2f}–{advice['kappa_range'][1]:.2f}), "
-        f"residual {advice['residual_ms']:.1f} ms, network "
+        f"residual {advice['residual_ms']:.1f} ms, h {advice.get('hook_host_ms', 0.0):.3f} ms a bucket, network "
         f"{advice['network']['source']}, α {advice['network']['alpha_us']:.0f} µs, "
         f"B_bus {advice['network']['busbw_gbps']:.3g} GB/s; {advice['layout_check']}",
     ]

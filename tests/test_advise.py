@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis.advice import hook_host_cost
 from harness.analysis.backward_timeline import BackwardTimeline, ParamReady
 from harness.analysis.bucket_layout import model_bucket_layout
 from harness.analysis.prediction import Network, network_from_run
@@ -131,6 +132,33 @@ def test_a_dtype_at_half_the_rate_per_byte_takes_as_long_with_half_the_bytes():
     )
     assert fp32.tail_ms == fp16.tail_ms == pytest.approx(15.0)
     assert bf16.tail_ms == pytest.approx(7.5)
+
+
+def test_each_bucket_host_work_delays_backward():
+    """h = 1 ms a bucket on the thread that runs backward: three 1 MiB buckets cost backward 3 ms, one 3 MiB
+    bucket 1 ms, and each launch waits for the host work of the buckets before it and its own."""
+    inputs = three_mib_timeline()
+    inputs.hook_host_ms = 1.0
+    three = predict_candidate(cap_candidate(1, "allreduce"), FIVE_MS_PER_MIB, 2, inputs)
+    one = predict_candidate(cap_candidate(3, "allreduce"), FIVE_MS_PER_MIB, 2, inputs)
+    assert [b.start_ms for b in three.buckets] == pytest.approx([11.0, 22.0, 33.0])  # backward now ends at 33
+    assert three.fwd_bwd_ms == pytest.approx(30.0 + 3.0 + 5.0)  # C + 3h + tail (33–38)
+    assert one.fwd_bwd_ms == pytest.approx(30.0 + 1.0 + 15.0)  # C + h + tail (31–46)
+
+
+@pytest.mark.parametrize(
+    ("buckets", "host_ms"),
+    [
+        # 0.05 ms a bucket and 0.2 ms per MB (the division on the CPU): h is the part per bucket.
+        ([(1_000_000, 0.25, "cpu_clock"), (25_000_000, 5.05, "cpu_clock"), (10_000_000, 2.05, "cpu_clock")], 0.05),
+        ([(480_000, 0.09, "cpu_clock")], 0.09),  # one bucket: its call time
+        ([(1_000_000, 0.25, "cuda_events"), (25_000_000, 5.05, "cuda_events")], 0.0),  # the GPU: not charged
+        ([(1_000_000, None, "cpu_clock")], 0.0),  # a run made before the hook's host time was kept
+    ],
+)
+def test_host_work_per_bucket_is_the_hooks_fixed_part(buckets, host_ms):
+    summary = {"buckets": [{"bytes": b, "host_ms_p50": h, "time_source": t} for b, h, t in buckets]}
+    assert hook_host_cost(summary) == pytest.approx(host_ms, abs=1e-9)
 
 
 def test_hidden_communication_costs_kappa():

@@ -107,6 +107,8 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     assert totals["bytes_per_step"] == 4 * params
     assert sum(b["bytes"] for b in summary["buckets"]) == 4 * params
     assert {b["time_source"] for b in summary["buckets"]} == {"cpu_clock"} and totals["time_source"] == "cpu_clock"
+    # The hook's call on its thread holds its division by the world size (the codec on the CPU, ready → launch).
+    assert all(b["host_ms_p50"] > 0 and b["host_ms_p50"] >= 0.9 * b["codec_ms_p50"] for b in summary["buckets"])
     assert summary["settings"]["model"] == "resnet_tiny"
     assert summary["versions"]["torch"] and "lightning" in summary["versions"]
     assert summary["ddp_logging"]["comm_hook"] == "timed_allreduce_hook"

@@ -32,6 +32,7 @@ from harness.analysis.step_model import (
     run_candidate,
 )
 from harness.common.cli import UsageError
+from harness.common.metrics import fit_alpha_beta, percentile
 from harness.common.numbers import is_finite
 
 ADVISOR_HOOKS = ("allreduce", "fp16", "bf16")
@@ -84,7 +85,26 @@ def step_inputs(summary: dict[str, Any], run: str) -> StepInputs:
     step, fwd_bwd = totals.get("step_ms_p50"), totals.get("fwd_bwd_ms_p50")
     if not (is_finite(step) and is_finite(fwd_bwd)):
         raise UsageError(f"--run {run!r} measured no step (step_ms_p50, fwd_bwd_ms_p50): too few steps?")
-    return StepInputs(timeline, compute, max(0.0, step - fwd_bwd), read_codec_costs(summary, path))
+    inputs = StepInputs(timeline, compute, max(0.0, step - fwd_bwd), read_codec_costs(summary, path))
+    inputs.hook_host_ms = hook_host_cost(summary)
+    return inputs
+
+
+def hook_host_cost(summary: dict[str, Any]) -> float:
+    """h (step_model.FORMULAS): what one more bucket costs the thread that runs backward, in ms. The hook's call
+    time on its thread, entry to return (summary.json's buckets, host_ms_p50), holds a part per byte (on the CPU
+    the division by the world size is a pass over the bucket) and a part per bucket (the record, the launch, the
+    future); fitted as fixed + per byte over the run's buckets (metrics.fit_alpha_beta, the codec probe's fit), h
+    is the fixed part, or the median call time where the buckets have one size. Charged on CPU gloo only, where
+    the hook runs on the thread that runs backward (cpu_clock times); on the GPU it runs beside the GPU's queue
+    and costs the step only where the host bounds it, which one run cannot tell: 0."""
+    buckets = [b for b in summary.get("buckets", []) if is_finite(b.get("host_ms_p50")) and b.get("bytes")]
+    if not buckets or any(b.get("time_source") != "cpu_clock" for b in buckets):
+        return 0.0
+    fitted = fit_alpha_beta([b["bytes"] for b in buckets], [1e3 * b["host_ms_p50"] for b in buckets])
+    if fitted is None:
+        return percentile([b["host_ms_p50"] for b in buckets], 50)
+    return fitted[0] / 1e3
 
 
 def candidates(hooks: list[str], caps_mb: tuple[float, ...], network: Network, world: int, inputs: StepInputs):

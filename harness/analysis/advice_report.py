@@ -60,6 +60,11 @@ def format_advice(advice: Advice, run: str, model: str, sweep: Network | None) -
             f"# codec {hook}: {cost.fixed_ms:.3f} ms + {cost.ms_per_melement:.3f} ms per million elements "
             f"({cost.source})"
         )
+    if inputs.hook_host_ms > 0:
+        lines.append(
+            f"# host work per bucket on the thread that runs backward: h = {inputs.hook_host_ms:.3f} ms (the hook's "
+            "call time less its per-byte part, from the run's buckets)"
+        )
     lines.append(
         f"# anchored on the run's own setting: κ = {inputs.kappa:.3f} ms of backward per ms of hidden communication, "
         f"residual {inputs.residual_ms:.2f} ms; κ over the run's 95 % interval: {kappa_range_text(advice)}"
@@ -150,6 +155,7 @@ def advice_json(advice: Advice, run: str, sweep: Network | None) -> dict[str, An
         "sweep_network": vars(sweep) if sweep is not None else None,
         "kappa": inputs.kappa,
         "residual_ms": inputs.residual_ms,
+        "hook_host_ms": inputs.hook_host_ms,
         "kappa_range": list(inputs.kappa_range),
         "picks_across_kappa": [{"kappa": k, "pick": row_json(p, advice)} for k, p in picks_across_kappa(advice)],
         "compute_only_ms": inputs.compute_only_ms,

@@ -57,15 +57,18 @@ FORMULAS = (
     " starts before E and outlasts it sends the rest of its bytes at B_bus'; both × the dtype's rate per byte"
     " against the run's own (fp16/bf16 probed after backward in the timeline steps; 1 where not probed)",
     "k_b = codec(numel_b) = fixed + per-element × numel_b   (fp16/bf16 only; half before the launch, half after)",
-    "launch_b = max(F + max_{p∈b} r_p + Σ_{c≤b} k_c/2, launch_{b−1})   (F: forward; casts run on the compute path)",
+    "launch_b = max(F + max_{p∈b} r_p + Σ_{c≤b} (k_c/2 + h), launch_{b−1})   (F: forward; casts and the hook's host"
+    " work run on the compute path)",
     "start_b = max(launch_b, end_{b−1}),  end_b = start_b + t_b + k_b/2   (collectives serial, in index order)",
-    "E = F + backward + Σ k_b/2   (the end of backward);  tail = max(0, end_last − E)",
+    "E = F + backward + Σ (k_b/2 + h)   (the end of backward; h: one bucket's host work on the thread that runs"
+    " backward, the hook's median call time less its per-byte part, from the run's buckets; charged on CPU gloo,"
+    " where that thread is backward's, 0 on the GPU);  tail = max(0, end_last − E)",
     "hidden = Σ_b max(0, min(end_b, E) − start_b)   (communication under backward)",
-    "forward+backward = C + Σ k_b/2 + κ × hidden + tail + residual   (C: compute-only forward+backward)",
-    "residual = M − (C + Σ k_b/2 + κ × hidden + tail) at the run's own setting, M its measured forward+backward"
+    "forward+backward = C + Σ (k_b/2 + h) + κ × hidden + tail + residual   (C: compute-only forward+backward)",
+    "residual = M − (C + Σ (k_b/2 + h) + κ × hidden + tail) at the run's own setting, M its measured forward+backward"
     " (the tail model's error there, and what κ's clamp leaves)",
-    "κ = clamp((I − Σ k_b/2) / hidden, 0, 1) at the run's own setting, I its measured interference (exposed − tail:"
-    " backward's slow-down); κ's range: the same at the ends of I's 95 % interval",
+    "κ = clamp((I − Σ (k_b/2 + h)) / hidden, 0, 1) at the run's own setting, I its measured interference"
+    " (exposed − tail: backward's slow-down); κ's range: the same at the ends of I's 95 % interval",
     "step = forward+backward + other   (other: the run's measured step − forward+backward, the optimizer);"
     "  exposed = forward+backward − C",
 )
@@ -164,6 +167,8 @@ class StepInputs:
     residual_ms: float = 0.0
     kappa_range: tuple[float, float] = (0.0, 0.0)
     """The κ that the ends of the measured interference's 95 % interval would give (anchor)."""
+    hook_host_ms: float = 0.0
+    """h: what one more bucket costs the thread that runs backward (hook_host_cost); 0 where not charged."""
 
 
 @dataclass(frozen=True)
@@ -215,14 +220,15 @@ def simulate(
     forward = timeline.forward_ms
     compress_total = previous_launch = 0.0
     chain_end = -math.inf
-    # Backward's end, with every cast before the buckets' launches on the compute path (FORMULAS: E).
+    # Backward's end, with every cast and every bucket's host work before the launches on the compute path (E).
     codec_sizes = [bucket.numel for bucket in buckets] if codec is not None else []
-    backward_end = forward + timeline.backward_ms + sum(codec.ms(n) for n in codec_sizes) / 2
+    host = inputs.hook_host_ms
+    backward_end = forward + timeline.backward_ms + sum(codec.ms(n) for n in codec_sizes) / 2 + host * len(buckets)
     rows = []
     for bucket in buckets:
         size = sum(p.numel * wire_itemsize(p, hook) for p in bucket.params)
         codec_ms = codec.ms(bucket.numel) if codec is not None else 0.0
-        compress_total += codec_ms / 2
+        compress_total += codec_ms / 2 + host
         launch = max(forward + bucket.ready_ms + compress_total, previous_launch)
         start = max(launch, chain_end)
         comm = collective_ms(network, size, world_size, start, backward_end, COMPRESSED_DTYPE.get(hook))
@@ -326,7 +332,7 @@ def best_list(hook: str, network: Network, world_size: int, inputs: StepInputs) 
                 )
                 duration = comm + codec_ms
                 hidden = max(0.0, min(start + duration, backward_end) - start)
-                options.append((start + duration, cost + inputs.kappa * hidden, i, k))
+                options.append((start + duration, cost + inputs.kappa * hidden + inputs.hook_host_ms, i, k))
         fronts.append(_pareto(options))
     # The whole step: what is hidden costs κ per ms, what runs past backward is exposed.
     last = min(fronts[-1], key=lambda o: o[1] + max(0.0, o[0] - backward_end))

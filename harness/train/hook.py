@@ -15,6 +15,7 @@ taken the result, as with torch's own hooks.
 """
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -134,9 +135,16 @@ class TimedHookState:
             bytes=bytes_,
             dtype=dtype_name(dtype),
         )
+        record.host_ns = time.perf_counter_ns()  # until the hook returns (`returned`)
         record.ready = self.stamps.now()
         self.stamps.records.setdefault(self.step, []).append(record)
         return record
+
+
+def returned(record: BucketRecord, future: torch.futures.Future[Any]) -> torch.futures.Future[Any]:
+    """`future`, once the hook's host time (from `_new_record`) is stamped on `record`."""
+    record.host_ns = time.perf_counter_ns() - record.host_ns
+    return future
 
 
 def _all_reduce_sum(tensor: torch.Tensor, group: dist.ProcessGroup) -> dist.Work:
@@ -160,7 +168,7 @@ def timed_allreduce_hook(state: TimedHookState, bucket: dist.GradBucket) -> torc
     tensor = bucket.buffer()
     record = state._new_record(bucket, tensor, tensor.numel() * tensor.element_size(), tensor.dtype)
     pre_divide(tensor, group.size())
-    return state.launch(record, tensor, group, then=lambda result: result[0])
+    return returned(record, state.launch(record, tensor, group, then=lambda result: result[0]))
 
 
 def _timed_compress_hook(
@@ -182,7 +190,7 @@ def _timed_compress_hook(
         record.finished = state.stamps.now()
         return buffer
 
-    return state.launch(record, compressed, group, then=decompress)
+    return returned(record, state.launch(record, compressed, group, then=decompress))
 
 
 def compress(buffer: torch.Tensor, dtype: torch.dtype, world_size: int) -> torch.Tensor:
@@ -231,7 +239,7 @@ def timed_powersgd_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch
         record.finished = state.stamps.now()
         return fut.value()
 
-    return fut.then(finished)
+    return returned(record, fut.then(finished))
 
 
 class _StampedWork:
@@ -281,10 +289,10 @@ _STAMPED_DIST = _StampedDist()
 def timed_noop_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """No communication at all: each rank keeps its own gradients. Measures the compute-only step."""
     buffer = bucket.buffer()
-    state._new_record(bucket, buffer, 0, buffer.dtype)  # ready, with no collective: finished at once
+    record = state._new_record(bucket, buffer, 0, buffer.dtype)  # ready, with no collective: finished at once
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(buffer)
-    return fut
+    return returned(record, fut)
 
 
 TIMED_HOOKS: dict[str, Callable[[TimedHookState, dist.GradBucket], torch.futures.Future[torch.Tensor]]] = {

@@ -24,6 +24,7 @@ events the hook records anyway (checked against a torch.profiler trace in tests/
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -75,6 +76,9 @@ class BucketRecord:
     ready: Stamp | None = None
     finished: Stamp | None = None  # None: the future completed with the last collective (nothing after it)
     collectives: list[CollectiveStamps] = field(default_factory=list)
+    # The hook's own time on the thread that called it, entry to return (perf_counter_ns, whatever the step's
+    # time source): the host work a bucket adds, which on the CPU is the thread that runs backward.
+    host_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,7 @@ class BucketTiming:
     comm_ms: float  # the union of its collectives' [start, done]: communication only
     codec_ms: float  # the hook's own compute: ready → finished less its collectives' [launch, done]
     intervals: tuple[tuple[float, float], ...] = ()  # each collective's (start, done)
+    host_ms: float = math.nan  # the hook's call on its thread, entry to return, by the host's clock
 
     @property
     def time_ms(self) -> float:
@@ -266,6 +271,7 @@ class StepStamps:
                     comm_ms=busy_ms(intervals),
                     codec_ms=max(0.0, (finished_ms - ready_ms) - busy_ms(spans)),
                     intervals=tuple(intervals),
+                    host_ms=record.host_ns / 1e6 if record.host_ns > 0 else math.nan,
                 )
             )
         return timings

@@ -141,6 +141,7 @@ class BucketSummary:
     last_param: str = ""
     times_ms: BoundedSamples = field(default_factory=BoundedSamples)  # communication only
     codec_ms: BoundedSamples = field(default_factory=BoundedSamples)  # the hook's own compute
+    host_ms: BoundedSamples = field(default_factory=BoundedSamples)  # the hook's call, entry to return (host)
 
 
 @dataclass
@@ -186,10 +187,12 @@ class RunAggregate:
         self.step_bytes = stats.bytes
         for t in resolved.timings:
             summary = self.buckets.get(t.index)
-            if summary is None:  # not setdefault: a BucketSummary seeds two generators, too dear to throw away
+            if summary is None:  # not setdefault: a BucketSummary seeds three generators, too dear to throw away
                 summary = self.buckets[t.index] = BucketSummary(t.index)
             summary.num_params, summary.numel, summary.bytes, summary.dtype = t.num_params, t.numel, t.bytes, t.dtype
             if t.index in contents:
                 summary.first_param, summary.last_param = contents[t.index].first_param, contents[t.index].last_param
             summary.times_ms.add(t.time_ms)
             summary.codec_ms.add(t.codec_ms)
+            if not math.isnan(t.host_ms):
+                summary.host_ms.add(t.host_ms)

@@ -70,6 +70,7 @@ def build_summary(
                 "time_ms_p90": b.times_ms.percentile(90),
                 "busbw_gbps_p50": busbw_gbps("all_reduce", b.bytes, p50 / 1e3, world_size),
                 "codec_ms_p50": b.codec_ms.percentile(50),
+                "host_ms_p50": b.host_ms.percentile(50),
                 "time_source": aggregate.time_source,
             }
         )
