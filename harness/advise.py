@@ -34,6 +34,7 @@ from harness.analysis.prediction import (
     Network,
     network_from_run,
     network_from_sweep,
+    with_run_latency,
     with_run_rates,
 )
 from harness.analysis.runs import read_summary
@@ -137,8 +138,9 @@ def resolve_network(args: argparse.Namespace, summary: dict[str, Any]) -> tuple[
     use_sweep = args.network == "sweep" or (args.network is None and inrun is None)
     network = inrun
     if use_sweep:
-        # A sweep's all_reduce ran with nothing else running, in fp32: the run's probes give the other dtypes' rates.
-        network = with_run_rates(sweep, summary, after_backward=False) if sweep is not None else None
+        # A sweep times fp32 collectives back to back on an idle machine: the run's own buckets give the latency
+        # a training's collective pays, and its probes the other dtypes' rates.
+        network = sweep and with_run_rates(with_run_latency(sweep, summary), summary, after_backward=False)
     if args.network == "run" and inrun is None:
         raise UsageError(f"--network run: {why_no_inrun_fit(summary)}")
     if network is None and args.alpha_us is not None and args.busbw_gbps is not None:

@@ -17,7 +17,7 @@ import pytest
 from harness.analysis.advice import hook_host_cost
 from harness.analysis.backward_timeline import BackwardTimeline, ParamReady
 from harness.analysis.bucket_layout import model_bucket_layout
-from harness.analysis.prediction import Network, network_from_run
+from harness.analysis.prediction import Network, network_from_run, with_run_latency
 from harness.analysis.step_model import (
     ADVISOR_CAPS_MB,
     MeasuredSetting,
@@ -159,6 +159,16 @@ def test_each_bucket_host_work_delays_backward():
 def test_host_work_per_bucket_is_the_hooks_fixed_part(buckets, host_ms):
     summary = {"buckets": [{"bytes": b, "host_ms_p50": h, "time_source": t} for b, h, t in buckets]}
     assert hook_host_cost(summary) == pytest.approx(host_ms, abs=1e-9)
+
+
+@pytest.mark.parametrize(("bucket_ms", "alpha_us"), [(6.0, 1000.0), (5.05, 100.0), (None, 100.0)])
+def test_a_sweeps_latency_becomes_what_the_runs_buckets_paid(bucket_ms, alpha_us):
+    """A sweep of α 100 µs at 5 ms per MiB: a 1 MiB bucket that took 6 ms paid α = 1 ms; one that took 5.05 ms
+    paid less than the sweep's α, which stays; a run with no timed bucket leaves the sweep as it is."""
+    sweep = Network(100.0, FIVE_MS_PER_MIB.busbw_gbps, 2, source="sweep")
+    summary = {"world_size": 2, "buckets": [{"bytes": MIB, "time_ms_p50": bucket_ms}]}
+    assert with_run_latency(sweep, summary).alpha_us == pytest.approx(alpha_us)
+    assert with_run_latency(sweep, summary).busbw_gbps == sweep.busbw_gbps
 
 
 def test_hidden_communication_costs_kappa():

@@ -234,6 +234,29 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
     return with_run_rates(network, summary, after_backward=True)
 
 
+def with_run_latency(network: Network, summary: dict[str, Any]) -> Network:
+    """A sweep's `network` with α as the run's own buckets paid it: the median over the run's timed buckets of
+    their collective time less the sweep's bandwidth term, where that is above the sweep's α. A sweep times
+    collectives back to back on an idle machine; a training's each pay the hook, DDP's bucket and gloo's hand-off,
+    beside backward (gpt_tiny on 2 loopback ranks: its one 0.48 MB bucket took 1.41 ms, where the sweep's α and
+    bandwidth give 0.86). The bandwidth stays the sweep's: one run's few bucket sizes cannot fit it."""
+    world = summary.get("world_size") or 1
+    paid = [
+        1e3 * b["time_ms_p50"] - (network.all_reduce_us(b["bytes"], world) - network.alpha_at_us(world))
+        for b in summary.get("buckets", [])
+        if is_finite(b.get("time_ms_p50")) and b.get("bytes")
+    ]
+    if world < 2 or not paid:
+        return network
+    alpha = percentile(paid, 50)
+    if network.alpha_scaling != "constant" and network.ref_world_size >= 2:
+        alpha *= (network.ref_world_size - 1) / (world - 1)  # α(n) back to the sweep's world size (alpha_at_us)
+    if alpha <= network.alpha_us:
+        return network
+    source = f"{network.source}; α {alpha:.0f} µs as the run's {len(paid)} buckets paid it beyond the sweep's bandwidth"
+    return replace(network, alpha_us=alpha, source=source)
+
+
 def with_run_rates(network: Network, summary: dict[str, Any], after_backward: bool) -> Network:
     """`network` with what the run measured after backward (after_backward_busbw): each dtype's rate per byte
     against the run's own buckets' dtype, and with `after_backward` (an in-run fit, whose buckets ran beside
@@ -269,13 +292,15 @@ def after_backward_busbw(summary: dict[str, Any], alpha_us: float, world: int) -
     """Per dtype, (B_bus, samples) of the run's all_reduces once backward is over: its calibration steps average
     their gradients after backward, chunk by chunk, and its timeline steps probe the compress hooks' dtypes,
     each stamped apart from the copies around it (calibration.py). B_bus = S × 2(n−1)/n / (t − α) per
-    collective, its median. Empty where the run has none (world size 1, no calibration, an older train.py)."""
+    collective, its median, over the collectives that took at least 2α (where α takes most of the time, t − α is
+    noise over a small remainder). Empty where the run has none (world size 1, no calibration, an older train.py)."""
     recorded = summary.get("after_backward_all_reduces") or {}
     factor = busbw_factor("all_reduce", world)
     rates: dict[str, list[float]] = {}
     rows = zip(recorded.get("dtype", []), recorded.get("bytes", []), recorded.get("ms", []), strict=False)
     for dtype, size, ms in rows:
-        if factor > 0 and is_finite(ms) and size > 0 and 1e3 * ms > alpha_us:
+        # Only where the bytes, not α, take most of the time: else t − α is noise over a small remainder.
+        if factor > 0 and is_finite(ms) and size > 0 and 1e3 * ms >= 2 * alpha_us:
             rates.setdefault(dtype, []).append(size * factor / ((1e3 * ms - alpha_us) * 1e3))
     return {dtype: (percentile(values, 50), len(values)) for dtype, values in rates.items()}
 
