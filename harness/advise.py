@@ -23,6 +23,7 @@ import datetime
 import json
 import math
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -147,12 +148,12 @@ def resolve_network(args: argparse.Namespace, summary: dict[str, Any]) -> tuple[
         world = args.world_size or summary["world_size"]
         network = Network(args.alpha_us, args.busbw_gbps, world, args.alpha_scaling, "given on the command line")
     elif network is not None and (args.alpha_us is not None or args.busbw_gbps is not None):
-        network = Network(
-            network.alpha_us if args.alpha_us is None else args.alpha_us,
-            network.busbw_gbps if args.busbw_gbps is None else args.busbw_gbps,
-            network.ref_world_size,
-            args.alpha_scaling,
-            f"{network.source}, with values given on the command line",
+        network = replace(
+            network,
+            alpha_us=network.alpha_us if args.alpha_us is None else args.alpha_us,
+            busbw_gbps=network.busbw_gbps if args.busbw_gbps is None else args.busbw_gbps,
+            alpha_scaling=args.alpha_scaling,
+            source=f"{network.source}, with values given on the command line",
         )
     if network is None:
         raise UsageError(

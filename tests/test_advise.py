@@ -17,7 +17,13 @@ import pytest
 from harness.analysis.advice import hook_host_cost
 from harness.analysis.backward_timeline import BackwardTimeline, ParamReady
 from harness.analysis.bucket_layout import model_bucket_layout
-from harness.analysis.prediction import Network, network_from_run, with_run_latency
+from harness.analysis.prediction import (
+    Network,
+    after_backward_busbw,
+    network_from_run,
+    with_run_latency,
+    with_run_rates,
+)
 from harness.analysis.step_model import (
     ADVISOR_CAPS_MB,
     MeasuredSetting,
@@ -169,6 +175,37 @@ def test_a_sweeps_latency_becomes_what_the_runs_buckets_paid(bucket_ms, alpha_us
     summary = {"world_size": 2, "buckets": [{"bytes": MIB, "time_ms_p50": bucket_ms}]}
     assert with_run_latency(sweep, summary).alpha_us == pytest.approx(alpha_us)
     assert with_run_latency(sweep, summary).busbw_gbps == sweep.busbw_gbps
+
+
+def after_backward_summary(bucket_dtype: str, rows: list[tuple[str, int, float]]) -> dict:
+    """A 2-rank run's summary with one timed bucket in `bucket_dtype` and these collectives after backward."""
+    dtypes, sizes, times = (list(column) for column in zip(*rows, strict=True))
+    return {
+        "world_size": 2,
+        "buckets": [{"bytes": MIB, "time_ms_p50": 1.0, "dtype": bucket_dtype}],
+        "after_backward_all_reduces": {"dtype": dtypes, "bytes": sizes, "ms": times},
+    }
+
+
+@pytest.mark.parametrize("run_hook_dtype", ["float32", "float16"])
+def test_a_sweeps_network_takes_each_dtypes_rate_against_float32(run_hook_dtype):
+    """A sweep is float32. After backward the run measured 1 MiB of float32 in 5 ms and half a MiB of float16 in 5 ms
+    too (gloo on loopback: half the rate per byte): against the sweep, float32 stays as it is and float16 goes at
+    half its rate, whatever hook the run itself used."""
+    sweep = Network(0.0, FIVE_MS_PER_MIB.busbw_gbps, 2, source="sweep")
+    summary = after_backward_summary(run_hook_dtype, [("float32", MIB, 5.0), ("float16", MIB // 2, 5.0)])
+    network = with_run_rates(sweep, summary, after_backward=False)
+    assert network.dtype_rate == pytest.approx({"float16": 0.5})
+    assert network.all_reduce_us(MIB, 2) == pytest.approx(5000.0)
+    assert network.all_reduce_us(MIB, 2, dtype="float16") == pytest.approx(10000.0)
+    assert network.after_backward_busbw_gbps is None  # a sweep is after backward already
+
+
+def test_collectives_no_longer_than_alpha_give_no_rate():
+    """t − α is noise where α takes most of t, and nothing at all where t is 0."""
+    summary = after_backward_summary("float32", [("float32", MIB, 0.0), ("float16", MIB, 0.15), ("float32", MIB, 5.0)])
+    rates = after_backward_busbw(summary, alpha_us=100.0, world=2)
+    assert set(rates) == {"float32"} and rates["float32"][1] == 1
 
 
 def test_hidden_communication_costs_kappa():

@@ -95,12 +95,15 @@ def hook_host_cost(summary: dict[str, Any]) -> float:
     time on its thread, entry to return (summary.json's buckets, host_ms_p50), holds a part per byte (on the CPU
     the division by the world size is a pass over the bucket) and a part per bucket (the record, the launch, the
     future); fitted as fixed + per byte over the run's buckets (metrics.fit_alpha_beta, the codec probe's fit), h
-    is the fixed part, or the median call time where the buckets have one size. Charged on CPU gloo only, where
+    is the fixed part, or the median call time where the buckets have one size. From an allreduce run only: a
+    compress hook's call holds its cast, already charged as codec. Charged on CPU gloo only, where
     the hook runs on the thread that runs backward (cpu_clock times); on the GPU it runs beside the GPU's queue
     and costs the step only where the host bounds it, which one run cannot tell: 0."""
     buckets = [b for b in summary.get("buckets", []) if is_finite(b.get("host_ms_p50")) and b.get("bytes")]
     if not buckets or any(b.get("time_source") != "cpu_clock" for b in buckets):
         return 0.0
+    if (summary.get("settings") or {}).get("comm_hook") in COMPRESS_HOOKS:
+        return 0.0  # its call holds the cast, whose fixed part the codec cost k already charges
     fitted = fit_alpha_beta([b["bytes"] for b in buckets], [1e3 * b["host_ms_p50"] for b in buckets])
     if fitted is None:
         return percentile([b["host_ms_p50"] for b in buckets], 50)

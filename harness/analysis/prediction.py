@@ -241,10 +241,10 @@ def with_run_latency(network: Network, summary: dict[str, Any]) -> Network:
     beside backward (gpt_tiny on 2 loopback ranks: its one 0.48 MB bucket took 1.41 ms, where the sweep's α and
     bandwidth give 0.86). The bandwidth stays the sweep's: one run's few bucket sizes cannot fit it."""
     world = summary.get("world_size") or 1
-    paid = [
+    paid = [  # the sweep's dtype only: another's bytes go at another rate
         1e3 * b["time_ms_p50"] - (network.all_reduce_us(b["bytes"], world) - network.alpha_at_us(world))
         for b in summary.get("buckets", [])
-        if is_finite(b.get("time_ms_p50")) and b.get("bytes")
+        if is_finite(b.get("time_ms_p50")) and b.get("bytes") and b.get("dtype", "float32") == "float32"
     ]
     if world < 2 or not paid:
         return network
@@ -262,7 +262,9 @@ def with_run_rates(network: Network, summary: dict[str, Any], after_backward: bo
     against the run's own buckets' dtype, and with `after_backward` (an in-run fit, whose buckets ran beside
     backward) the rate after backward itself. A sweep is a collective after backward already: its rate stays."""
     world = summary.get("world_size") or 1
-    wire = next((b["dtype"] for b in summary.get("buckets", []) if b.get("dtype")), "float32")
+    # The dtype the network's rates are in: the run's buckets' for its own fit, float32 for a sweep's.
+    run_wire = next((b["dtype"] for b in summary.get("buckets", []) if b.get("dtype")), "float32")
+    wire = run_wire if after_backward else "float32"
     after = after_backward_busbw(summary, network.alpha_at_us(world), world)
     if wire not in after:
         return network
@@ -300,7 +302,7 @@ def after_backward_busbw(summary: dict[str, Any], alpha_us: float, world: int) -
     rows = zip(recorded.get("dtype", []), recorded.get("bytes", []), recorded.get("ms", []), strict=False)
     for dtype, size, ms in rows:
         # Only where the bytes, not α, take most of the time: else t − α is noise over a small remainder.
-        if factor > 0 and is_finite(ms) and size > 0 and 1e3 * ms >= 2 * alpha_us:
+        if factor > 0 and is_finite(ms) and size > 0 and 1e3 * ms >= 2 * alpha_us and 1e3 * ms > alpha_us:
             rates.setdefault(dtype, []).append(size * factor / ((1e3 * ms - alpha_us) * 1e3))
     return {dtype: (percentile(values, 50), len(values)) for dtype, values in rates.items()}
 

@@ -54,14 +54,16 @@ FORMULAS = (
     "S_b = Σ numel × bytes on the wire (4 for fp32 gradients, 2 with the fp16/bf16 hooks)",
     "t_b = α(n) + S_b × 2(n−1)/n / B_bus   (ring all_reduce), at the in-run fit's B_bus while backward runs and at"
     " B_bus' (the run's calibration all_reduces, made after backward) for what runs after it: a collective that"
-    " starts before E and outlasts it sends the rest of its bytes at B_bus'; both × the dtype's rate per byte"
+    " starts before E and outlasts it does the part of t_b left at E at B_bus' (end = E + (1 − (E − start)/t_b) ×"
+    " t_b'); both × the dtype's rate per byte"
     " against the run's own (fp16/bf16 probed after backward in the timeline steps; 1 where not probed)",
     "k_b = codec(numel_b) = fixed + per-element × numel_b   (fp16/bf16 only; half before the launch, half after)",
     "launch_b = max(F + max_{p∈b} r_p + Σ_{c≤b} (k_c/2 + h), launch_{b−1})   (F: forward; casts and the hook's host"
     " work run on the compute path)",
     "start_b = max(launch_b, end_{b−1}),  end_b = start_b + t_b + k_b/2   (collectives serial, in index order)",
     "E = F + backward + Σ (k_b/2 + h)   (the end of backward; h: one bucket's host work on the thread that runs"
-    " backward, the hook's median call time less its per-byte part, from the run's buckets; charged on CPU gloo,"
+    " backward, the fixed part of a fixed + per-byte fit of the hook's call time over the run's buckets, from an"
+    " allreduce run; charged on CPU gloo,"
     " where that thread is backward's, 0 on the GPU);  tail = max(0, end_last − E)",
     "hidden = Σ_b max(0, min(end_b, E) − start_b)   (communication under backward)",
     "forward+backward = C + Σ (k_b/2 + h) + κ × hidden + tail + residual   (C: compute-only forward+backward)",
@@ -279,7 +281,7 @@ def anchor(
     sets them on `inputs` and returns the prediction of the run's setting."""
     inputs.kappa, inputs.residual_ms = 0.0, 0.0
     bare = predict_candidate(run_setting, network, world_size, inputs)
-    casts = bare.fwd_bwd_ms - inputs.compute_only_ms - bare.tail_ms  # Σ k_b/2: on the compute path, no κ
+    casts = bare.fwd_bwd_ms - inputs.compute_only_ms - bare.tail_ms  # Σ (k_b/2 + h): on the compute path, no κ
     if measured.interference_ms is not None:
         slowdown = measured.interference_ms - casts
     else:

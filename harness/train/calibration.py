@@ -132,6 +132,10 @@ def average_gradients(
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             grads.append(p.grad)
+    if stamp is not None:
+        # Calibration steps skip communication in backward, so nothing has lined the ranks up: without this, the
+        # first chunk's time would hold this rank's wait for the slowest one's backward.
+        dist.all_reduce(torch.zeros(1, device=grads[0].device if grads else None), group=group)
     sizes = []
     for index, chunk in enumerate(_chunks(grads)):
         flat = torch.cat([g.reshape(-1) for g in chunk]).div_(world_size)
@@ -168,7 +172,7 @@ def probe_wire_dtypes(
     probed = []
     for dtype in WIRE_PROBE_DTYPES:
         buffer = torch.zeros(numel, dtype=dtype, device=device)
-        start, done = wire_stamp_names(dtype)
+        start, done = wire_stamp_names(dtype_name(dtype))
         stamp(start)
         dist.all_reduce(buffer, group=group)
         stamp(done)
@@ -176,8 +180,9 @@ def probe_wire_dtypes(
     return probed
 
 
-def wire_stamp_names(dtype: torch.dtype) -> tuple[str, str]:
-    return f"wire_{dtype_name(dtype)}_start", f"wire_{dtype_name(dtype)}_done"
+def wire_stamp_names(dtype: str) -> tuple[str, str]:
+    """The names of the probe's stamps for the dtype named `dtype` ('float16')."""
+    return f"wire_{dtype}_start", f"wire_{dtype}_done"
 
 
 def _chunks(grads: list[torch.Tensor]) -> Iterator[list[torch.Tensor]]:

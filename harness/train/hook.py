@@ -135,7 +135,7 @@ class TimedHookState:
             bytes=bytes_,
             dtype=dtype_name(dtype),
         )
-        record.host_ns = time.perf_counter_ns()  # until the hook returns (`returned`)
+        record.host_ns = -time.perf_counter_ns()  # negative until the hook returns (`returned`)
         record.ready = self.stamps.now()
         self.stamps.records.setdefault(self.step, []).append(record)
         return record
@@ -143,7 +143,7 @@ class TimedHookState:
 
 def returned(record: BucketRecord, future: torch.futures.Future[Any]) -> torch.futures.Future[Any]:
     """`future`, once the hook's host time (from `_new_record`) is stamped on `record`."""
-    record.host_ns = time.perf_counter_ns() - record.host_ns
+    record.host_ns += time.perf_counter_ns()
     return future
 
 

@@ -77,7 +77,8 @@ class BucketRecord:
     finished: Stamp | None = None  # None: the future completed with the last collective (nothing after it)
     collectives: list[CollectiveStamps] = field(default_factory=list)
     # The hook's own time on the thread that called it, entry to return (perf_counter_ns, whatever the step's
-    # time source): the host work a bucket adds, which on the CPU is the thread that runs backward.
+    # time source): the host work a bucket adds, which on the CPU is the thread that runs backward. Negative
+    # (minus the entry time) while the hook runs, and in a hook that raised: then it is not a time.
     host_ns: int = 0
 
 
