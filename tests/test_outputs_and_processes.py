@@ -32,6 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 SLACK_S = 30  # a run must be over this long after its output was taken away or it was signalled
 
 
+OUTLASTING_SWEEP = ["-b", "1K", "-e", "16K", "-i", "8", "--min-time-ms", "0"]  # 2 x 1921 rows
+
+
 def _sweep(*args: str, stdout=subprocess.PIPE, **popen) -> subprocess.Popen:
     popen.setdefault("preexec_fn", default_sighup)
     return subprocess.Popen(
@@ -419,8 +422,11 @@ def test_sighup_stops_the_sweep_unless_it_was_ignored(tmp_path):
     start) it goes on, as nohup promises."""
     stopped, ignoring = tmp_path / "stopped.jsonl", tmp_path / "nohup.jsonl"
     hup = _sweep(*LONG_SWEEP, "--json", str(stopped))
+    # The nohup'd sweep must still be running when it is terminated, about 10 s after it starts: LONG_SWEEP is
+    # all done in 8 s on a quiet 2-core machine (a CI run caught it exiting as the SIGTERM came); this one takes
+    # about a minute.
     nohup = _sweep(
-        *LONG_SWEEP, "--json", str(ignoring), preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        *OUTLASTING_SWEEP, "--json", str(ignoring), preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)
     )
     header = wait_for_rows(hup, stopped, 3)
     wait_for_rows(nohup, ignoring, 3)
