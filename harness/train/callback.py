@@ -59,14 +59,7 @@ from harness.common.names import WARMUP_STEPS
 from harness.common.run_identity import trial_name
 from harness.train import dashboards
 from harness.train import summary as run_summary
-from harness.train.calibration import (
-    TIMELINE_STEPS,
-    Calibration,
-    average_gradients,
-    average_stamp_names,
-    probe_wire_dtypes,
-    wire_stamp_names,
-)
+from harness.train.calibration import TIMELINE_STEPS, AfterBackward, Calibration, average_gradients, stamp_names
 from harness.train.codec_probe import probe_codec
 from harness.train.config import NO_HOOK
 from harness.train.ddp_crosscheck import DDPStatsReader, compare_comm, ddp_samples_iteration, harness_comm_span_ms
@@ -165,9 +158,9 @@ class CommTimingCallback(pl.Callback):
         self.grad_bytes = 0  # the gradients a calibration step averages after backward
         # The collectives a calibration step makes after backward, with nothing else running: its averaging, chunk
         # by chunk, and on timeline steps the probe of the compress hooks' dtypes (calibration.py). Per step until
-        # it is resolved (two steps later), each as (dtype, stamp names, bytes); and every one resolved, (dtype,
-        # bytes, ms): the advisor's rates after backward.
-        self.after_backward_stamps: dict[int, list[tuple[str, tuple[str, str], int]]] = {}
+        # it is resolved (two steps later); and every one resolved, (dtype, bytes, ms): the advisor's rates after
+        # backward.
+        self.after_backward_stamps: dict[int, list[AfterBackward]] = {}
         self.after_backward_all_reduces: list[tuple[str, int, float]] = []
         # DDP's own sampled statistics, read at the steps it sampled, and the harness's span on those steps.
         self.ddp_reader: DDPStatsReader | None = None
@@ -307,16 +300,12 @@ class CommTimingCallback(pl.Callback):
             with self._collective_phase(
                 f"all_reduce of step {step}'s gradients after its compute-only backward (calibration, {size})"
             ):
-                stamp = partial(self.state.stamps.mark, step)
-                chunks = average_gradients(pl_module.parameters(), self.state.process_group, stamp)
-                stamps = [(dtype, average_stamp_names(i), size) for i, (dtype, size) in enumerate(chunks)]
-                if self.calibration.is_timeline_step(step) and chunks:
-                    # As many elements as the first chunk: the compress hooks' collective of the same bucket.
-                    dtype, size = chunks[0]
-                    numel = size // getattr(torch, dtype).itemsize
-                    probes = probe_wire_dtypes(numel, pl_module.device, self.state.process_group, stamp)
-                    stamps += [(dtype, wire_stamp_names(dtype), size) for dtype, size in probes]
-                self.after_backward_stamps[step] = stamps
+                self.after_backward_stamps[step] = average_gradients(
+                    pl_module.parameters(),
+                    self.state.process_group,
+                    stamp=partial(self.state.stamps.mark, step),
+                    probe_dtypes=self.calibration.is_timeline_step(step),
+                )
             self.state.stamps.mark(self.state.step, GRADS_AVERAGED)
         self.cpu_s["callback"] += time.thread_time() - cpu
 
@@ -344,8 +333,8 @@ class CommTimingCallback(pl.Callback):
 
     def _keep_after_backward_all_reduces(self, step: int, marks: dict[str, float]) -> None:
         """A calibration step's all_reduces after backward: (dtype, bytes, ms) of each whose two stamps it took."""
-        for dtype, names, size in self.after_backward_stamps.pop(step, []):
-            start, done = (marks.get(name) for name in names)
+        for name, dtype, size in self.after_backward_stamps.pop(step, []):
+            start, done = (marks.get(stamp) for stamp in stamp_names(name))
             if start is not None and done is not None:
                 self.after_backward_all_reduces.append((dtype, size, done - start))
 
