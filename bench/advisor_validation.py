@@ -45,6 +45,8 @@ def workload_args(args: argparse.Namespace) -> list[str]:
         extra += ["--image-size", str(args.image_size)]
     if args.batch_size:
         extra += ["--batch-size", str(args.batch_size)]
+    if args.seq_len:
+        extra += ["--seq-len", str(args.seq_len)]
     return extra
 
 
@@ -205,6 +207,7 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2, help="ranks of the base run and the grid")
     parser.add_argument("--image-size", type=int)
     parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--seq-len", type=int, help="token models: the sequence length")
     parser.add_argument("--max-steps", type=int, default=30)
     parser.add_argument("--calibration-every", type=int, default=10, help="more compute-only samples than the default")
     parser.add_argument("--caps", default="1,5,25,100")
