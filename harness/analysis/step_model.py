@@ -307,6 +307,11 @@ def best_list(hook: str, network: Network, world_size: int, inputs: StepInputs) 
     more bucket. The cast of the compress hooks is left out of the search (it hardly depends on the split) and
     the chosen list is then predicted with the whole model. Each limit is its bucket's own gradient bytes: a
     bucket closes once it reaches its limit, so torch's assignment rebuilds exactly these buckets.
+
+    The search is a heuristic that approximates `simulate`, not a copy of it: it takes backward's end before any
+    cast or host work (E without Σ (k_b/2 + h)), and it adds h to a split's cost without delaying the launches
+    after it. So its pick is the best list only as far as those terms are small; the pick's printed prediction
+    is `simulate`'s, which has them all.
     """
     order = inputs.timeline.ready_order()
     groups = _coarsen(order, MAX_LIST_GROUPS)
