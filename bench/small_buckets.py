@@ -10,8 +10,6 @@ whether a cost the advisor does not predict (gpt_tiny's small buckets on CPU glo
 and gloo's or the timed hook's: the built-in path has no Python hook at all.
 """
 
-from __future__ import annotations
-
 import argparse
 import copy
 import statistics
@@ -27,7 +25,8 @@ PATHS = ("builtin", "python_hook", "none")
 
 
 def no_communication(_state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """A comm hook that sends nothing: the compute-only reference at the same cap (DDP's bucketing still runs)."""
+    """A comm hook that sends nothing: the compute-only reference at the same cap (DDP's bucketing still runs).
+    This module has no `from __future__ import annotations`: DDP checks this signature's annotations as objects."""
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(bucket.buffer())
     return fut
