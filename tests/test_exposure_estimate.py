@@ -19,6 +19,7 @@ from harness.train.exposure_estimate import (
     reference_ms,
 )
 from harness.train.step_stats import exposure
+from harness.train.summary import calibration_beyond_exposed_s
 
 TRUE_EXPOSED_MS = 3.0
 COMM_MS = 10.0  # constant, so the true overlap is 100 · (1 − 3 / 10) = 70 %
@@ -243,3 +244,14 @@ def test_one_steps_overlap_is_the_same_as_the_arrays():
     one_by_one = [overlap_pct(e, c) for e, c in zip(exposed, comm, strict=True)]
     np.testing.assert_array_equal(np.array(one_by_one), as_array)
     assert one_by_one[:5] == [100.0, 100.0, 75.0, 0.0, 0.0]
+
+
+def test_calibration_cost_beyond_exposed_is_what_a_measured_step_would_not_have_paid():
+    # 5 steps averaged after backward for 0.884 s in all; a measured step exposes 73.8 ms: 0.884 − 5 × 0.0738.
+    assert calibration_beyond_exposed_s(0.884, 5, 73.8) == pytest.approx(0.515)
+    # A negative exposed p50 (noise) saves nothing; an averaging faster than the exposure costs nothing.
+    assert calibration_beyond_exposed_s(0.884, 5, -2.0) == pytest.approx(0.884)
+    assert calibration_beyond_exposed_s(0.100, 5, 73.8) == 0.0
+    # No exposed figure, or no calibration step: nothing to say.
+    assert calibration_beyond_exposed_s(0.884, 5, math.nan) is None
+    assert calibration_beyond_exposed_s(0.0, 0, 73.8) is None

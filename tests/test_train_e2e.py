@@ -150,6 +150,7 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     assert (
         "# harness overhead: calibration" in proc.stdout
         and "all_reduce of 6 of 14 steps, run after backward" in proc.stdout
+        and " ms of exposed communication a measured step pays, " in proc.stdout
     )
     # hparams live in the run's own event file (the HParams plugin's session data).
     assert "_hparams_/session_start_info" in acc.summary_metadata
