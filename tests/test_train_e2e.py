@@ -139,6 +139,8 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     assert overhead["gathers"] == 2 and overhead["calibration"] > 0 and overhead["between_steps"] > 0
     # Calibration is 4 of the run's steps, so it is a part of all steps' time, never all of it.
     assert overhead["calibration"] < overhead["all_steps"]
+    # Net of the exposure those steps would have paid as measured steps: a part of the all_reduce's time, or all of it.
+    assert 0.0 <= overhead["calibration_beyond_exposed"] <= overhead["calibration"]
     assert all(
         key.startswith(("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_", "WORLD", "LOCAL", "MASTER", "SLURM"))
         for key in summary["env"]

@@ -125,6 +125,12 @@ def build_summary(
         "busbw_gbps_p50": busbw_gbps("all_reduce", aggregate.step_bytes, comm_p50 / 1e3, world_size),
         "comm_share_of_step_p50": comm_p50 / step_p50 if step_p50 and not math.isnan(step_p50) else math.nan,
     }
+    overhead_s = dict(overhead_s or {})
+    if world_size > 1 and "calibration" in overhead_s:
+        # What calibrating added beyond the exposure those steps would have paid as measured steps (null: unknown).
+        overhead_s["calibration_beyond_exposed"] = calibration_beyond_exposed_s(
+            overhead_s["calibration"], totals["calibration_steps"] + totals["timeline_steps"], totals["exposed_ms_p50"]
+        )
     return {
         "completed": completed,
         "reason": reason,
@@ -145,7 +151,7 @@ def build_summary(
             "ms": [ms for _, _, ms in after_backward_all_reduces],
         },
         "last_rank_spread": last_rank_spread,
-        "overhead_s": overhead_s or {},
+        "overhead_s": overhead_s,
         "backward_timeline": backward_timeline,
         "codec_probe": codec_probe,
         **run_info(),
@@ -262,8 +268,8 @@ def format_table(summary: dict[str, Any]) -> str:
             if summary["world_size"] == 1
             else f"the gradient all_reduce of {of_steps}, run after backward"
         )
-        beyond = calibration_beyond_exposed_s(overhead["calibration"], calibrated, t["exposed_ms_p50"])
-        if summary["world_size"] > 1 and beyond is not None:
+        beyond = overhead.get("calibration_beyond_exposed")
+        if beyond is not None:
             calibration += (
                 f"; {beyond:.3f} s beyond the {t['exposed_ms_p50']:.2f} ms of exposed communication a measured step "
                 f"pays, {100 * (beyond + between) / run_s:.2f} % of the run with the work between steps"
