@@ -1,0 +1,72 @@
+"""What calibration costs a run, by an A/B of whole runs: train.py as shipped against `--calibration-steps 0`.
+
+    python -m bench.calibration_cost --pairs 6 -- --model resnet50
+
+Each pair runs both, as separate processes, in alternating order. A run's time is the sum of its step times and
+the harness's work between them (summary.json's `overhead_s`: all_steps + between_steps), so start-up and the end
+of the run, which calibration does not touch, are left out. The difference in each pair is what calibrating cost
+that pair; its median over the pairs, with the pairs' range, is set beside what the calibrated runs printed:
+`overhead_s.calibration` (their all_reduce after backward) and `calibration_beyond_exposed` (that, net of the
+exposed communication those steps would have paid as measured steps). Arguments after `--` go to train.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS = {"calibrated": [], "uncalibrated": ["--calibration-steps", "0"]}
+
+
+def run_seconds(train_args: list[str], extra: list[str], logdir: Path) -> dict[str, float]:
+    """One train.py run: its steps' time and, for a calibrated run, what it printed for calibration."""
+    cmd = [sys.executable, str(ROOT / "train.py"), *train_args, *extra, "--logdir", str(logdir), "--no-progress-bar"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"train.py failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    (path,) = logdir.glob("*/*/summary.json")
+    overhead = json.loads(path.read_text())["overhead_s"]
+    return {
+        "run_s": overhead["all_steps"] + overhead.get("between_steps", 0.0),
+        "calibration_s": overhead.get("calibration", 0.0),
+        "beyond_exposed_s": overhead.get("calibration_beyond_exposed") or 0.0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: train.py's arguments")
+    args = parser.parse_args()
+    train_args = [a for a in args.train_args if a != "--"] or ["--model", "resnet50"]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for pair in range(args.pairs):
+            order = list(VARIANTS) if pair % 2 == 0 else list(reversed(VARIANTS))
+            got = {name: run_seconds(train_args, VARIANTS[name], Path(tmp) / f"{pair}-{name}") for name in order}
+            diff = got["calibrated"]["run_s"] - got["uncalibrated"]["run_s"]
+            rows.append((diff, got["calibrated"]["calibration_s"], got["calibrated"]["beyond_exposed_s"]))
+            print(
+                f"pair {pair}: calibrated {got['calibrated']['run_s']:.2f} s, uncalibrated "
+                f"{got['uncalibrated']['run_s']:.2f} s, difference {diff:+.2f} s; printed: all_reduce "
+                f"{rows[-1][1]:.3f} s, beyond exposed {rows[-1][2]:.3f} s",
+                flush=True,
+            )
+    diffs = [d for d, _, _ in rows]
+    printed = statistics.median(r[1] for r in rows)
+    beyond = statistics.median(r[2] for r in rows)
+    print(
+        f"A/B over {len(rows)} pairs: calibration cost {statistics.median(diffs):+.2f} s median "
+        f"(pairs {min(diffs):+.2f} to {max(diffs):+.2f}); printed: all_reduce {printed:.3f} s, beyond exposed "
+        f"{beyond:.3f} s (medians)"
+    )
+
+
+if __name__ == "__main__":
+    main()
