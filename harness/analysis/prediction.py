@@ -301,7 +301,8 @@ def after_backward_busbw(summary: dict[str, Any], alpha_us: float, world: int) -
     rates: dict[str, list[float]] = {}
     rows = zip(recorded.get("dtype", []), recorded.get("bytes", []), recorded.get("ms", []), strict=False)
     for dtype, size, ms in rows:
-        # Only where the bytes, not α, take most of the time: else t − α is noise over a small remainder.
+        # Only where the bytes, not α, take most of the time (t ≥ 2α: else t − α is noise over a small remainder),
+        # and t > α, so that t − α is never 0 (α = 0 and t = 0).
         if factor > 0 and is_finite(ms) and size > 0 and 1e3 * ms >= 2 * alpha_us and 1e3 * ms > alpha_us:
             rates.setdefault(dtype, []).append(size * factor / ((1e3 * ms - alpha_us) * 1e3))
     return {dtype: (percentile(values, 50), len(values)) for dtype, values in rates.items()}
