@@ -51,6 +51,8 @@ VARIANTS: dict[str, list[str]] = {
     "no_hook": ["--comm-hook", "none"],  # also no calibration: it needs the hook to skip communication
     "lightning_alone": ["--harness", "off"],
     "no_calibration": ["--calibration-steps", "0"],
+    # The harness's per-step work on the training loop's thread, between steps, as before the StepWorker.
+    "no_resolve_thread": ["--no-resolve-thread"],
     # The timed noop hook: each pair is then also an A/B of train.py's own exposed-time estimate (issue 10), kept
     # per run as exposed_ms_p50 and its interval.
     "noop": ["--comm-hook", "noop"],
@@ -67,6 +69,7 @@ COLUMNS = {
     "main_thread_cpu_ms_per_step": "main CPU",
     "process_cpu_ms_per_step": "proc CPU",
     "harness_cpu_ms_per_step": "harness CPU",
+    "step_worker_cpu_ms_per_step": "worker CPU",
 }
 
 
@@ -115,6 +118,7 @@ def train_window(run_root: Path, stdout: str) -> dict[str, float | list[float]]:
             "main_thread_cpu_ms_per_step": overhead["loop_cpu_ms_per_step"],
             "process_cpu_ms_per_step": overhead["process_cpu_ms_per_step"],
             "harness_cpu_ms_per_step": overhead["harness_cpu_ms_per_step"],
+            "step_worker_cpu_ms_per_step": overhead.get("step_worker_cpu_ms_per_step", 0.0),
         }
         # The run's own exposed-time estimate, so that a --comm-hook noop variant makes each pair an A/B of it.
         if totals.get("exposed_ms_ci95"):

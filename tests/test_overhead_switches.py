@@ -1,6 +1,6 @@
-"""The switches that lower the harness's cost (issue 11): --log-every, --no-progress-bar, --comm-hook none and
---harness off, as real train.py runs on gloo (resnet_tiny, a dozen steps); the CPU cost in summary.json; the
-progress bar's phase; and the one-line refusals of bad values."""
+"""The switches that lower the harness's cost (issue 11): --log-every, --no-progress-bar, --comm-hook none,
+--harness off and --no-resolve-thread, as real train.py runs on gloo (resnet_tiny, a dozen steps); the CPU cost
+in summary.json; the progress bar's phase; and the one-line refusals of bad values."""
 
 from __future__ import annotations
 
@@ -60,6 +60,30 @@ def test_log_every_writes_every_nth_step_and_the_summary_counts_all(tmp_path):
     assert 0 < overhead["harness_cpu_ms_per_step"] < overhead["loop_cpu_ms_per_step"]
     assert overhead["loop_cpu_ms_per_step"] <= overhead["process_cpu_ms_per_step"]
     assert overhead["progress_bar_cpu_ms_per_step"] == 0 and overhead["wall_ms_per_step"] > 0
+
+
+@pytest.mark.slow
+def test_resolve_thread_logs_the_same_steps_as_the_loops_thread(tmp_path):
+    """The StepWorker (the default) resolves and logs off the loop's thread; a step with a rank gather (a collective)
+    stays on it. Both ways, on 2 gloo ranks, write the same steps under every tag and gather the same step."""
+    written = {}
+    for mode in ("--resolve-thread", "--no-resolve-thread"):
+        logdir = tmp_path / mode.strip("-")
+        args = [*TINY, "--gather-every", "4", "--no-progress-bar", mode]  # measured 6..11: step 8 is gathered
+        proc = run_train(args, logdir)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        summary = only_summary(logdir)
+        assert summary["totals"]["steps_measured"] == 6 and summary["overhead_s"]["gathers"] == 1
+        assert summary["settings"]["resolve_thread"] is (mode == "--resolve-thread")
+        worker_ms = summary["overhead_s"]["step_worker_cpu_ms_per_step"]
+        assert (worker_ms > 0) is (mode == "--resolve-thread"), worker_ms
+        assert ("on the harness's own thread during backward" in proc.stdout) is (mode == "--resolve-thread")
+        acc = events(logdir)
+        written[mode] = {tag: [e.step for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+        assert written[mode][tags.STEP_MS] == list(range(6, STEPS)), written[mode][tags.STEP_MS]
+        gathered = [tag for tag in written[mode] if tag.startswith(tags.RANKS + "/")]
+        assert gathered, "the gathered step wrote no ranks/ scalars"
+    assert written["--resolve-thread"] == written["--no-resolve-thread"]
 
 
 @pytest.mark.slow

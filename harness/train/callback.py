@@ -16,10 +16,15 @@ with a probe of the fp16/bf16 codec's cost (codec_probe.py): summary.json's "bac
 
 The harness's own CPU cost: the main thread's CPU time spent in this callback's per-step work and in the
 progress bar is counted (time.thread_time around each), and summary.json's "overhead_s" gives it per step over
-WindowClock's window (harness.train.trainer), beside the whole training loop's main-thread CPU per step there.
+WindowClock's window (harness.train.trainer), beside the whole training loop's main-thread CPU per step there,
+and the CPU time of the work moved to the StepWorker's thread.
 
 Stamps of step k are resolved at the start of step k + 2 (and the rest at the end of training), so the
-GPU has long finished them and nothing here waits on it in the steady state.
+GPU has long finished them and nothing here waits on it in the steady state. That work (resolving, aggregating,
+rank 0's TensorBoard event) runs on the harness's own thread while step k + 2's backward runs (step_worker.py),
+and is waited for at step k + 3's start; a step whose work includes a rank gather (a collective, which must stay
+on the training loop's thread, in order with DDP's) or a timeline step resolves on the loop's thread, as
+--no-resolve-thread makes every step do.
 
 When the run stops early (a failed or timed-out collective, a dead peer, an interrupt), `on_exception` names
 what was running (`activity()`: the phase, or the step and the gradient all_reduce in flight with its bucket
@@ -70,6 +75,7 @@ from harness.train.rank_gather import RankGatherer, RankSpread
 from harness.train.stamps import BACKWARD_START, GRADS_AVERAGED, OPTIMIZER_END, ResolvedStep
 from harness.train.step_log import StepLog
 from harness.train.step_stats import RunAggregate, StepStats, step_stats
+from harness.train.step_worker import StepWorker
 from harness.train.tb_writer import write_png, write_step
 from harness.train.timeline import TIMELINE_FILE, draw_timeline, timeline_title
 from models import gradient_bytes, trainable_parameters
@@ -107,6 +113,7 @@ class CommTimingCallback(pl.Callback):
         gather_every: int = 0,
         log_every: int = 1,
         clock: Any = None,
+        resolve_thread: bool = True,
     ) -> None:
         self.hook_name = hook_name
         self.timed_comm = hook_name != NO_HOOK  # False: no hook at all, steps timed only
@@ -119,6 +126,9 @@ class CommTimingCallback(pl.Callback):
         self.gather_every = gather_every  # 0: never
         self.log_every = log_every
         self.clock = clock  # harness.train.trainer.WindowClock: the window the CPU costs are given over
+        self.resolve_thread = resolve_thread  # resolve and log steps on a StepWorker during backward
+        self._worker: StepWorker | None = None
+        self._deferred_upto: int | None = None  # steps to resolve on the worker once backward starts
         self.state: TimedHookState | None = None
         self.aggregate: RunAggregate | None = None
         self.gatherer: RankGatherer | None = None
@@ -132,7 +142,7 @@ class CommTimingCallback(pl.Callback):
         # timeline: it lies outside every measured step.
         self.overhead_s = {"calibration": 0.0, "rank_gathers": 0.0, "between_steps": 0.0, "all_steps": 0.0}
         # Main-thread CPU seconds of the harness's per-step work (this callback's hooks; the progress bar adds its
-        # own), and their values when the clock's window opened and closed.
+        # own), and their values when the clock's window opened and closed (with the StepWorker's CPU seconds).
         self.cpu_s = {"callback": 0.0, "progress_bar": 0.0}
         self._cpu_at: dict[int, dict[str, float]] = {}
         self.gathers = 0
@@ -229,6 +239,8 @@ class CommTimingCallback(pl.Callback):
         if trainer.is_global_zero and trainer.logger is not None:
             self._step_log = StepLog(trainer.logger.experiment, self.world_size, self.log_every, self.timed_comm)
             self.timeline_step = self.last_measured_step(trainer.max_steps)
+        if self.resolve_thread:
+            self._worker = StepWorker()
         self.phase = "the first step (Lightning's barrier before training)"
 
     def last_measured_step(self, max_steps: int) -> int | None:
@@ -249,15 +261,26 @@ class CommTimingCallback(pl.Callback):
             if self._recording_timeline():
                 self.grad_ready.forward_start()
             return
-        # The previous step ends here, before the harness's own work, which then lies between two steps.
+        # The previous step ends here, before the harness's own work, which then lies between two steps (a wait
+        # for the worker's job included: it is not step time).
         self.state.stamps.end(self._current_step)
+        if self._worker is not None:
+            self._worker.wait()
         if self.clock is not None and step in (self.clock.first, self.clock.last):
-            self._cpu_at[step] = dict(self.cpu_s)  # where the clock read its clocks, just before this callback
+            # Where the clock read its clocks, just before this callback.
+            self._cpu_at[step] = {**self.cpu_s, "step_worker": self._worker.cpu_s if self._worker else 0.0}
         self._current_step = step
         self.phase = "step"
-        self._resolve_ready(upto=step - RESOLVE_LAG_STEPS)
         calibrating = self.calibration.is_calibration_step(step)
         recording = self._recording_timeline()
+        upto = step - RESOLVE_LAG_STEPS
+        if self._worker is None or recording or self._gather_due(upto):
+            self._resolve_ready(upto)
+        else:
+            self._deferred_upto = upto  # handed to the worker as backward starts (on_before_backward)
+        if self.grad_ready is not None:
+            self.grad_ready.resolve(upto)
+        self._rewrite_partial_summary()
         if recording:
             self.grad_ready.begin(step)  # the ready hooks: registered before the step's clock starts
         self._step_open = True
@@ -268,6 +291,11 @@ class CommTimingCallback(pl.Callback):
         self.cpu_s["callback"] += time.thread_time() - cpu
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any) -> None:
+        if self._deferred_upto is not None:  # the first micro-batch's backward: the loop's thread waits in it
+            cpu = time.thread_time()
+            upto, self._deferred_upto = self._deferred_upto, None
+            self._worker.submit(partial(self._resolve_ready, upto, gather=False))
+            self.cpu_s["callback"] += time.thread_time() - cpu
         if self._current_step == self.timeline_step:  # the drawn step only: no other step pays for it
             self.state.stamps.mark(self._current_step, BACKWARD_START)
         if self._recording_timeline():
@@ -322,14 +350,31 @@ class CommTimingCallback(pl.Callback):
             self.state.stamps.end(self._current_step)
             self.cpu_s["callback"] += time.thread_time() - cpu
 
-    def _resolve_ready(self, upto: int) -> None:
+    def _resolve_ready(self, upto: int, gather: bool = True) -> None:
+        """Resolve, aggregate and log every pending step up to `upto` (on the worker: never a gather)."""
         stamps = self.state.stamps
         for step in stamps.pending_steps():
             if step > upto:
                 break
-            self._finish_step(stamps.resolve(step))
-        if self.grad_ready is not None:
-            self.grad_ready.resolve(upto)
+            self._finish_step(stamps.resolve(step), gather=gather)
+
+    def _gather_due(self, upto: int) -> bool:
+        """Whether a pending step up to `upto` may be gathered across ranks (every rank decides alike)."""
+        if self.gatherer is None:
+            return False
+        return any(step <= upto and step % self.gather_every == 0 for step in self.state.stamps.pending_steps())
+
+    def _rewrite_partial_summary(self) -> None:
+        """Rank 0 rewrites summary.json every SUMMARY_EVERY_S while training (on the loop's thread, the worker
+        idle), so that a run killed outright still leaves one."""
+        if self._step_log is None or self.finished or time.monotonic() - self._last_summary_s <= SUMMARY_EVERY_S:
+            return
+        self._last_summary_s = time.monotonic()
+        reason = (
+            f"in progress at step {self._current_step}: rank 0 rewrites this every {SUMMARY_EVERY_S:g} s until the "
+            "run ends; if it is the last one, the run was killed before it could report"
+        )
+        self._write_summary(self._trainer, completed=False, reason=reason, final=False)
 
     def _keep_after_backward_all_reduces(self, step: int, marks: dict[str, float]) -> None:
         """A calibration step's all_reduces after backward: (dtype, bytes, ms) of each whose two stamps it took."""
@@ -390,13 +435,6 @@ class CommTimingCallback(pl.Callback):
                 step_log.bands.record(resolved.timings)  # a step not logged: its bucket times join the bands only
             else:
                 self._write_events(lambda: step_log.write(stats, resolved.timings, spread, measured))
-            if not self.finished and time.monotonic() - self._last_summary_s > SUMMARY_EVERY_S:
-                self._last_summary_s = time.monotonic()
-                reason = (
-                    f"in progress at step {stats.step}: rank 0 rewrites this every {SUMMARY_EVERY_S:g} s until the "
-                    "run ends; if it is the last one, the run was killed before it could report"
-                )
-                self._write_summary(self._trainer, completed=False, reason=reason, final=False)
 
     # -- the end ------------------------------------------------------------------------------------
 
@@ -467,6 +505,13 @@ class CommTimingCallback(pl.Callback):
 
     def _finish(self, trainer: pl.Trainer, completed: bool, reason: str = "") -> None:
         self.finished = True
+        if self._worker is not None:
+            worker, self._worker, self._deferred_upto = self._worker, None, None  # the loop below resolves it all
+            try:
+                if completed:
+                    worker.wait()  # its job's error ends the run as a failure (on_exception keeps the rest)
+            finally:
+                worker.close()
         stamps = self.state.stamps
         pending = stamps.pending_steps()
         # A step stopped midway is incomplete: dropped (every step before it has its end).
@@ -578,7 +623,9 @@ class CommTimingCallback(pl.Callback):
             return {}
         start, end = self._cpu_at[self.clock.first], self._cpu_at[self.clock.last]
         steps = self.clock.last - self.clock.first
-        callback_ms, bar_ms = ((end[key] - start[key]) * 1e3 / steps for key in ("callback", "progress_bar"))
+        callback_ms, bar_ms, worker_ms = (
+            (end[key] - start[key]) * 1e3 / steps for key in ("callback", "progress_bar", "step_worker")
+        )
         return {
             "cpu_window_first_step": self.clock.first,
             "cpu_window_last_step": self.clock.last,
@@ -588,6 +635,8 @@ class CommTimingCallback(pl.Callback):
             "harness_cpu_ms_per_step": callback_ms + bar_ms,
             "callback_cpu_ms_per_step": callback_ms,
             "progress_bar_cpu_ms_per_step": bar_ms,
+            # Off the loop's thread, during backward (step_worker.py): not main-thread CPU, and not in harness's.
+            "step_worker_cpu_ms_per_step": worker_ms,
         }
 
     def _ddp_crosscheck(self) -> dict[str, Any]:

@@ -87,6 +87,9 @@ class TrainConfig:
     log_every: int = 1
     """Rank 0 writes the per-step scalars of every this many steps only; summary.json still uses every step."""
     progress_bar: bool = True
+    resolve_thread: bool = True
+    """Resolve and log each step on the harness's own thread while backward runs; False: on the training loop's
+    thread, between steps (the harness's cost then falls on the loop)."""
     window_start: int | None = None
     """Wall and CPU time per step are reported from the start of this step to the start of the last one; None:
     the first step after warm-up and the calibration block (set by resolve())."""
@@ -461,6 +464,13 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=_default("progress_bar"),
         help="the progress bar (refreshed at most every 0.5 s)",
+    )
+    add(
+        "--resolve-thread",
+        action=argparse.BooleanOptionalAction,
+        default=_default("resolve_thread"),
+        help="resolve and log each step on a thread of the harness's own while backward runs (--no-resolve-thread: "
+        "on the training loop's thread, between steps)",
     )
     add(
         "--harness",

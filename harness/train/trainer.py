@@ -188,6 +188,7 @@ def build_trainer(
             gather_every=cfg.gather_every,
             log_every=cfg.log_every,
             clock=clock,
+            resolve_thread=cfg.resolve_thread,
         )
         if cfg.progress_bar:  # before the timing callback: the bar closes before the end-of-run table is printed
             callbacks.append(CommProgressBar(timing))
