@@ -77,6 +77,7 @@ class OutputFailed(Exception):
     directory) and `when` says how far the run got."""
 
     def __init__(self, what: str, err: OSError | str, when: str = ""):
+        self.what = what
         self.broken_pipe = isinstance(err, BrokenPipeError)  # the reader went away: stop quietly, as SIGPIPE would
         self.why = err if isinstance(err, str) else (err.strerror or failure_text(err))
         super().__init__(f"cannot write {what}{' ' + when if when else ''}: {self.why}")

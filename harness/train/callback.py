@@ -264,13 +264,13 @@ class CommTimingCallback(pl.Callback):
         # The previous step ends here, before the harness's own work, which then lies between two steps (a wait
         # for the worker's job included: it is not step time).
         self.state.stamps.end(self._current_step)
+        self._current_step = step
+        self.phase = "step"
         if self._worker is not None:
-            self._worker.wait()
+            self._wait_for_worker()
         if self.clock is not None and step in (self.clock.first, self.clock.last):
             # Where the clock read its clocks, just before this callback.
             self._cpu_at[step] = {**self.cpu_s, "step_worker": self._worker.cpu_s if self._worker else 0.0}
-        self._current_step = step
-        self.phase = "step"
         calibrating = self.calibration.is_calibration_step(step)
         recording = self._recording_timeline()
         upto = step - RESOLVE_LAG_STEPS
@@ -357,6 +357,16 @@ class CommTimingCallback(pl.Callback):
             if step > upto:
                 break
             self._finish_step(stamps.resolve(step), gather=gather)
+
+    def _wait_for_worker(self) -> None:
+        """Wait for the worker's job. An output it could not write stops the run here, at this step, which is
+        where the other ranks will say they stopped."""
+        try:
+            self._worker.wait()
+        except OutputFailed as err:
+            here = OutputFailed(err.what, err.why, f"at {self._position()}")
+            here.broken_pipe = err.broken_pipe
+            raise here from None
 
     def _gather_due(self, upto: int) -> bool:
         """Whether a pending step up to `upto` may be gathered across ranks (every rank decides alike)."""
