@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = {"calibrated": [], "uncalibrated": ["--calibration-steps", "0"]}
 
 
-def run_seconds(train_args: list[str], extra: list[str], logdir: Path) -> dict[str, float]:
-    """One train.py run: its steps' time and, for a calibrated run, what it printed for calibration."""
+def run_seconds(train_args: list[str], extra: list[str], logdir: Path) -> dict[str, float | None]:
+    """One train.py run: its steps' time and, for a calibrated run, what it printed for calibration (the net
+    figure None where the run had no exposed time to net it against)."""
     cmd = [sys.executable, str(ROOT / "train.py"), *train_args, *extra, "--logdir", str(logdir), "--no-progress-bar"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -35,7 +36,7 @@ def run_seconds(train_args: list[str], extra: list[str], logdir: Path) -> dict[s
     return {
         "run_s": overhead["all_steps"] + overhead.get("between_steps", 0.0),
         "calibration_s": overhead.get("calibration", 0.0),
-        "beyond_exposed_s": overhead.get("calibration_beyond_exposed") or 0.0,
+        "beyond_exposed_s": overhead.get("calibration_beyond_exposed"),
     }
 
 
@@ -55,17 +56,23 @@ def main() -> None:
             print(
                 f"pair {pair}: calibrated {got['calibrated']['run_s']:.2f} s, uncalibrated "
                 f"{got['uncalibrated']['run_s']:.2f} s, difference {diff:+.2f} s; printed: all_reduce "
-                f"{rows[-1][1]:.3f} s, beyond exposed {rows[-1][2]:.3f} s",
+                f"{rows[-1][1]:.3f} s, beyond exposed {seconds(rows[-1][2])}",
                 flush=True,
             )
     diffs = [d for d, _, _ in rows]
     printed = statistics.median(r[1] for r in rows)
-    beyond = statistics.median(r[2] for r in rows)
+    nets = [r[2] for r in rows if r[2] is not None]
+    beyond = statistics.median(nets) if nets else None
     print(
         f"A/B over {len(rows)} pairs: calibration cost {statistics.median(diffs):+.2f} s median "
         f"(pairs {min(diffs):+.2f} to {max(diffs):+.2f}); printed: all_reduce {printed:.3f} s, beyond exposed "
-        f"{beyond:.3f} s (medians)"
+        f"{seconds(beyond)} (medians; the net figure from {len(nets)} of the {len(rows)} calibrated runs)"
     )
+
+
+def seconds(value: float | None) -> str:
+    """A printed figure in seconds, or why there is none."""
+    return "not measured (no exposed time)" if value is None else f"{value:.3f} s"
 
 
 if __name__ == "__main__":

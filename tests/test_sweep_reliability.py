@@ -347,3 +347,24 @@ def test_where_names_the_row_phase_and_step():
     where.enter("timed calls")
     where.at(6, 200)
     assert str(where) == "all_gather 4096 B in_place latency CUDA graph, timed calls step 7 of 200"
+
+
+def _exit_3() -> None:
+    sys.exit(3)
+
+
+def test_ranks_that_all_fail_before_the_launcher_looks_are_a_failure():
+    """spawn_local's watch, given children that have all exited with an error already (both ranks of a sweep
+    whose stdout is full stop within one poll): the first failure, not success. Real processes."""
+    from multiprocessing import get_context
+
+    from harness.common.local_launch import _Children, _watch
+
+    procs = [get_context("spawn").Process(target=_exit_3, name=f"rank{rank}") for rank in range(2)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=60)
+    assert [proc.exitcode for proc in procs] == [3, 3]
+    failed = _watch(_Children(procs), [], grace_s=1.0)
+    assert failed is not None and failed.name == "rank0" and failed.exitcode == 3

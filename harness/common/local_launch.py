@@ -173,6 +173,13 @@ def spawn_local(
     return _as_exit_code(failed.exitcode)
 
 
+def _first_failed(procs: list):
+    """The child to blame among those that exited with an error (None if none did): of several, one killed by a
+    signal is likelier the cause than one whose peer vanished."""
+    exited = [p for p in procs if p.exitcode not in (None, 0)]
+    return min(exited, key=lambda p: (p.exitcode >= 0, p.name)) if exited else None
+
+
 def _watch(children: _Children, received: list[int], grace_s: float):
     """Wait for every child; return the first that failed (None if none did)."""
     first = None
@@ -181,18 +188,19 @@ def _watch(children: _Children, received: list[int], grace_s: float):
         multiprocessing.connection.wait([p.sentinel for p in children.alive()], timeout=0.5)
         if received and deadline is None:
             deadline = time.monotonic() + grace_s  # the children got the signal: let them clean up
-        exited = [p for p in children.procs if p.exitcode not in (None, 0)]
-        if first is None and exited:
-            # Several at once: a child killed by a signal is likelier the cause than one whose peer vanished.
-            first = min(exited, key=lambda p: (p.exitcode >= 0, p.name))
+        if first is None:
+            first = _first_failed(children.procs)
+        if first is not None and deadline is None:
             # A rank killed by a signal: the others may need up to their collective timeout to notice.
             wait_s = grace_s if first.exitcode < 0 else min(grace_s, AFTER_EXIT_GRACE_S)
-            deadline = deadline or time.monotonic() + wait_s
+            deadline = time.monotonic() + wait_s
             if not received and first.exitcode < 0:
                 what = f"{first.name} (pid {first.pid}) {_describe(first.exitcode)}"
                 say("local launch", f"{what}; the other ranks have {wait_s:g} s to stop")
         if deadline is not None and time.monotonic() > deadline:
             break
+    # Every child may have exited before the loop first looked (a rank that fails at once): not a success.
+    first = first or _first_failed(children.procs)
     for proc in children.procs:
         if proc is not first and proc.exitcode is not None and proc.exitcode < 0 and not received:
             say("local launch", f"{proc.name} (pid {proc.pid}) {_describe(proc.exitcode)}")
