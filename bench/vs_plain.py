@@ -51,8 +51,10 @@ VARIANTS: dict[str, list[str]] = {
     "no_hook": ["--comm-hook", "none"],  # also no calibration: it needs the hook to skip communication
     "lightning_alone": ["--harness", "off"],
     "no_calibration": ["--calibration-steps", "0"],
-    # The harness's per-step work on the training loop's thread, between steps, as before the StepWorker.
+    # The harness's per-step work on the training loop's thread, between steps (the default on the CPU), or on its
+    # own thread during backward (the default on the GPU): the A/B of harness/train/step_worker.py either way.
     "no_resolve_thread": ["--no-resolve-thread"],
+    "resolve_thread": ["--resolve-thread"],
     # The timed noop hook: each pair is then also an A/B of train.py's own exposed-time estimate (issue 10), kept
     # per run as exposed_ms_p50 and its interval.
     "noop": ["--comm-hook", "noop"],

@@ -21,10 +21,10 @@ and the CPU time of the work moved to the StepWorker's thread.
 
 Stamps of step k are resolved at the start of step k + 2 (and the rest at the end of training), so the
 GPU has long finished them and nothing here waits on it in the steady state. That work (resolving, aggregating,
-rank 0's TensorBoard event) runs on the harness's own thread while step k + 2's backward runs (step_worker.py),
-and is waited for at step k + 3's start; a step whose work includes a rank gather (a collective, which must stay
-on the training loop's thread, in order with DDP's) or a timeline step resolves on the loop's thread, as
---no-resolve-thread makes every step do.
+rank 0's TensorBoard event) runs, on the GPU, on the harness's own thread while step k + 2's backward runs
+(step_worker.py), and is waited for at step k + 3's start; a step whose work includes a rank gather (a
+collective, which must stay on the training loop's thread, in order with DDP's) or a timeline step resolves on
+the loop's thread, as every step does on the CPU or with --no-resolve-thread.
 
 When the run stops early (a failed or timed-out collective, a dead peer, an interrupt), `on_exception` names
 what was running (`activity()`: the phase, or the step and the gradient all_reduce in flight with its bucket
@@ -113,7 +113,7 @@ class CommTimingCallback(pl.Callback):
         gather_every: int = 0,
         log_every: int = 1,
         clock: Any = None,
-        resolve_thread: bool = True,
+        resolve_thread: bool | None = None,
     ) -> None:
         self.hook_name = hook_name
         self.timed_comm = hook_name != NO_HOOK  # False: no hook at all, steps timed only
@@ -126,7 +126,8 @@ class CommTimingCallback(pl.Callback):
         self.gather_every = gather_every  # 0: never
         self.log_every = log_every
         self.clock = clock  # harness.train.trainer.WindowClock: the window the CPU costs are given over
-        self.resolve_thread = resolve_thread  # resolve and log steps on a StepWorker during backward
+        # Resolve and log steps on a StepWorker during backward; None: on the GPU only (set in on_fit_start).
+        self.resolve_thread = resolve_thread
         self._worker: StepWorker | None = None
         self._deferred_upto: int | None = None  # steps to resolve on the worker once backward starts
         self.state: TimedHookState | None = None
@@ -239,6 +240,11 @@ class CommTimingCallback(pl.Callback):
         if trainer.is_global_zero and trainer.logger is not None:
             self._step_log = StepLog(trainer.logger.experiment, self.world_size, self.log_every, self.timed_comm)
             self.timeline_step = self.last_measured_step(trainer.max_steps)
+        if self.resolve_thread is None:
+            # On the GPU the loop's thread idles while autograd's device thread runs backward; on the CPU it runs
+            # backward itself, and a thread beside it only takes cores from it (docs/BENCHMARKS.md).
+            self.resolve_thread = self.state.use_cuda
+            self.settings["resolve_thread"] = self.resolve_thread  # summary.json says which way the run went
         if self.resolve_thread:
             self._worker = StepWorker()
         self.phase = "the first step (Lightning's barrier before training)"

@@ -87,9 +87,10 @@ class TrainConfig:
     log_every: int = 1
     """Rank 0 writes the per-step scalars of every this many steps only; summary.json still uses every step."""
     progress_bar: bool = True
-    resolve_thread: bool = True
+    resolve_thread: bool | None = None
     """Resolve and log each step on the harness's own thread while backward runs; False: on the training loop's
-    thread, between steps (the harness's cost then falls on the loop)."""
+    thread, between steps. None: on the GPU only, where the loop's thread idles in backward (on the CPU it runs
+    backward itself, and the thread only competes with it for cores: docs/BENCHMARKS.md)."""
     window_start: int | None = None
     """Wall and CPU time per step are reported from the start of this step to the start of the last one; None:
     the first step after warm-up and the calibration block (set by resolve())."""
@@ -470,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=_default("resolve_thread"),
         help="resolve and log each step on a thread of the harness's own while backward runs (--no-resolve-thread: "
-        "on the training loop's thread, between steps)",
+        "on the training loop's thread, between steps; default: the thread on the GPU, the loop's thread on the CPU)",
     )
     add(
         "--harness",
