@@ -21,6 +21,9 @@ threads). The plain loop measures itself; train.py is given `--window-start` and
 (harness.train.trainer) does the same: read from summary.json's "overhead_s" (with the harness's own share of
 the main thread's CPU), or from the end line of a --harness off run, which writes no summary.
 
+Each run also keeps when it started (UTC), the host's 1-minute load average just before, and its whole process
+time (process_s, start-up included), so that a slow run can be set against how busy the host was.
+
 The ratio of a pair is plain ms / variant ms (1.0: it costs nothing; 0.97: 3% slower). Printed: each pair as a
 JSON line (also appended to --out as it completes, so an interrupted bench keeps what it measured), then a
 table: per variant the median ratio with its p10–p90 over the pairs, the median ms per step and CPU ms per
@@ -31,12 +34,14 @@ across the pairs (the host's noise).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from harness.common.metrics import percentile
@@ -73,6 +78,16 @@ COLUMNS = {
     "harness_cpu_ms_per_step": "harness CPU",
     "step_worker_cpu_ms_per_step": "worker CPU",
 }
+
+
+def host_before_run() -> dict[str, float | str]:
+    """When a run starts and how busy the host is then (its 1-minute load average, all of its users counted): a
+    run that is slow for the host's sake shows up against the load, not only against its neighbours."""
+    return {
+        "started_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "loadavg_1m_before": os.getloadavg()[0],
+        "_started": time.monotonic(),
+    }
 
 
 def torchrun(nproc: int) -> list[str]:
@@ -177,6 +192,10 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
             q = [percentile(ratios, p) for p in (50, 10, 90)]
             ratio = f"{f'{q[0]:.3f} [{q[1]:.3f}, {q[2]:.3f}]':>30}"
         lines.append(f"{name:<18} {ratio} " + " ".join(cells))
+    loads = [run["loadavg_1m_before"] for row in rows for run in row.values() if "loadavg_1m_before" in run]
+    if loads:
+        lines.append(f"# host load (1-minute average) before each run: p50 {percentile(loads, 50):.2f}, "
+                     f"from {min(loads):.2f} to {max(loads):.2f}")  # fmt: skip
     lines.append(
         f"# plain loop: p50 {percentile(plain, 50):.2f} ms/step, from {min(plain):.2f} to {max(plain):.2f} "
         f"across the pairs ((max − min) / p50 = {spread:.1f} %: differences below that are noise)"
@@ -213,12 +232,14 @@ def main() -> None:
             order = names[shift:] + names[:shift]
             row = {}
             for name in order:
+                host = host_before_run()
                 if name == "plain":
                     row[name] = plain_ms(args)
                 elif name in PLAIN_VARIANTS:
                     row[name] = plain_ms(args, variants[name])
                 else:
                     row[name] = train_ms(args, variants[name], Path(tmp), f"{name.replace('.', '_')}{pair}")
+                row[name].update(host, process_s=time.monotonic() - host.pop("_started"))
             rows.append(row)
             ratios = {name: row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for name in variants}
             record = {"pair": pair, "order": order, **row, "plain_over": ratios}
