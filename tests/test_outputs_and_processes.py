@@ -269,8 +269,11 @@ def _assert_training_stopped(proc: subprocess.Popen, pids: list[int], events_dir
 
 
 @pytest.mark.slow
-def test_a_run_directory_removed_during_training_ends_it_with_one_line_per_rank(tmp_path):
-    proc, logdir = start_train(tmp_path, [sys.executable])
+@pytest.mark.parametrize("where", [(), ("--resolve-thread",)], ids=["loop-thread", "resolve-thread"])
+def test_a_run_directory_removed_during_training_ends_it_with_one_line_per_rank(tmp_path, where):
+    """Either way the steps are logged (on the loop's thread, or on the harness's own during backward: the GPU's
+    default), the ranks say they stopped at the same step."""
+    proc, logdir = start_train(tmp_path, [sys.executable], where)
     pids = wait_for_steps(proc, tmp_path, logdir)
     (run_dir,) = logdir.glob("*/*")
     _remove_while_written(logdir)

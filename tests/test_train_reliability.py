@@ -169,12 +169,15 @@ LAUNCHERS = {
 ROLL = re.compile(r"# train\.py: 2 ranks \(gloo\): 0 pid (\d+) on \S+ cpu, 1 pid (\d+) on \S+ cpu")
 
 
-def start_train(tmp_path: Path, launcher: list[str], **env: str) -> tuple[subprocess.Popen, Path]:
-    """train.py in a session of its own (a terminal's Ctrl-C reaches its process group), stdout to a file."""
+def start_train(
+    tmp_path: Path, launcher: list[str], extra: tuple[str, ...] = (), **env: str
+) -> tuple[subprocess.Popen, Path]:
+    """train.py (with `extra` arguments) in a session of its own (a terminal's Ctrl-C reaches its process group),
+    stdout to a file."""
     logdir = tmp_path / "runs"
     stdout = open(tmp_path / "stdout.txt", "w")  # noqa: SIM115 (the child writes it; closed with the test)
     proc = subprocess.Popen(
-        [*launcher, str(REPO / "train.py"), *ENDLESS, "--logdir", str(logdir)],
+        [*launcher, str(REPO / "train.py"), *ENDLESS, *extra, "--logdir", str(logdir)],
         cwd=tmp_path,
         env=_env(**env),
         stdout=stdout,
