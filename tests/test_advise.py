@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from harness.analysis.prediction import (
 )
 from harness.analysis.step_model import (
     ADVISOR_CAPS_MB,
+    Candidate,
     MeasuredSetting,
     StepInputs,
     anchor,
@@ -140,6 +142,54 @@ def test_a_dtype_at_half_the_rate_per_byte_takes_as_long_with_half_the_bytes():
     assert bf16.tail_ms == pytest.approx(7.5)
 
 
+def tiny_buckets_at_once(at_once: int, alpha_us: float, mib: int = 0) -> list[tuple[float, float]]:
+    """(start, end) of three buckets ready together at the end of a 30 ms backward (three_mib_timeline's
+    parameters, all ready at 30 ms), each holding 1 MiB if `mib` else 4 bytes, with `at_once` collectives in
+    flight together."""
+    inputs = three_mib_timeline()
+    inputs.timeline = BackwardTimeline(
+        tuple(replace(p, ready_ms=30.0, numel=p.numel if mib else 1) for p in inputs.timeline.params), 0.0, 30.0, 3, "t"
+    )
+    inputs.collectives_at_once = at_once
+    network = replace(FIVE_MS_PER_MIB, alpha_us=alpha_us)
+    step = predict_candidate(Candidate((MIB if mib else 4,), "allreduce", "cap"), network, 2, inputs)
+    return [(b.start_ms, b.end_ms) for b in step.buckets]
+
+
+@pytest.mark.parametrize(
+    ("at_once", "alpha_us", "mib", "intervals"),
+    [
+        # Latency only, 10 ms each: one at a time, 30–40, 40–50, 50–60; two at a time, the third waits for a thread.
+        (1, 10_000.0, 0, [(30, 40), (40, 50), (50, 60)]),
+        (2, 10_000.0, 0, [(30, 40), (30, 40), (40, 50)]),
+        (3, 10_000.0, 0, [(30, 40), (30, 40), (30, 40)]),
+        # Bytes only, 5 ms a MiB: two in flight share the link, so they end as they would one after another.
+        (2, 0.0, 1, [(30, 35), (30, 40), (35, 45)]),
+        # Both: the second's 2 ms latency runs under the first's bytes, its bytes then follow the first's.
+        (2, 2_000.0, 1, [(30, 37), (30, 42), (37, 47)]),
+        (1, 2_000.0, 1, [(30, 37), (37, 44), (44, 51)]),
+    ],
+)
+def test_collectives_in_flight_together_overlap_their_latency_not_their_bytes(at_once, alpha_us, mib, intervals):
+    """L collectives at once (gloo's worker threads): each starts once one of the L before it has ended, in
+    launch order; the latencies overlap, the bytes go one collective at a time. L = 1 is the serial chain."""
+    assert tiny_buckets_at_once(at_once, alpha_us, mib) == [pytest.approx(i, abs=1e-3) for i in intervals]
+
+
+def test_communication_under_backward_counts_collectives_in_flight_together_once():
+    """κ is charged per ms that communication runs beside backward: two collectives in flight over the same
+    10 ms are 10 ms of it, as the harness's comm time (the union of the intervals) counts them."""
+    n = 1
+    params = tuple(ParamReady(i, f"p{i}", n, 4, 0.0) for i in range(2))
+    inputs = StepInputs(BackwardTimeline(params, 0.0, 30.0, 3, "test"), compute_only_ms=30.0, other_ms=0.0)
+    inputs.collectives_at_once, inputs.kappa = 2, 0.5
+    step = predict_candidate(Candidate((4,), "allreduce", "cap"), Network(10_000.0, 1.0, 2), 2, inputs)
+    assert [(b.start_ms, b.end_ms) for b in step.buckets] == [pytest.approx((0, 10))] * 2
+    assert step.hidden_ms == pytest.approx(10.0)
+    assert step.fwd_bwd_ms == pytest.approx(30.0 + 0.5 * 10.0)
+    assert step.comm_ms == pytest.approx(10.0)
+
+
 def test_each_bucket_host_work_delays_backward():
     """h = 1 ms a bucket on the thread that runs backward: three 1 MiB buckets cost backward 3 ms, one 3 MiB
     bucket 1 ms, and each launch waits for the host work of the buckets before it and its own."""
@@ -235,6 +285,15 @@ def test_kappa_is_fitted_on_backwards_slowdown(measured, kappa, kappa_range, res
     assert inputs.kappa_range == pytest.approx(kappa_range)
     assert inputs.residual_ms == pytest.approx(residual_ms)
     assert predicted.fwd_bwd_ms == pytest.approx(measured.fwd_bwd_ms)  # the run's own setting, as measured
+    assert inputs.kappa_measured
+
+
+def test_a_run_that_hid_nothing_leaves_kappa_unmeasured():
+    """One 3 MiB bucket, ready as backward ends, runs wholly after it: the run's slow-down says nothing about
+    what hidden communication costs, so κ's range is all it can be, not the 0 to 0 a division by nothing gave."""
+    inputs = three_mib_timeline()
+    anchor(inputs, cap_candidate(3, "allreduce"), FIVE_MS_PER_MIB, 2, MeasuredSetting(45.0, 0.0, (1.0, 1.0)))
+    assert (inputs.kappa, inputs.kappa_range, inputs.kappa_measured) == (0.0, (0.0, 1.0), False)
 
 
 @pytest.mark.parametrize("kappa", [0.0, 0.3, 1.0])

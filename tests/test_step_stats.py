@@ -8,8 +8,8 @@ import statistics
 import numpy as np
 import pytest
 
-from harness.common.metrics import percentile, percentiles
-from harness.train.stamps import BucketTiming, ResolvedStep, busy_ms
+from harness.common.metrics import busy_ms, percentile, percentiles
+from harness.train.stamps import BucketTiming, ResolvedStep
 from harness.train.step_stats import BoundedSamples, RunAggregate, exposure, step_stats
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from harness.common import tags
@@ -103,6 +104,9 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     totals = summary["totals"]
     assert summary["completed"] is True
     assert summary["world_size"] == 2 and summary["backend"] == "gloo"
+    # gloo's worker threads, read from the real process group's options (torch's default, 2): the advisor
+    # queues buckets on that many.
+    assert summary["collectives_at_once"] == torch.distributed.ProcessGroupGloo._Options()._threads == 2
     assert totals["steps_measured"] == len(measured_steps), "warm-up and calibration steps are left out"
     assert totals["bytes_per_step"] == 4 * params
     assert sum(b["bytes"] for b in summary["buckets"]) == 4 * params

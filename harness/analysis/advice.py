@@ -33,6 +33,7 @@ from harness.analysis.step_model import (
 )
 from harness.common.cli import UsageError
 from harness.common.metrics import fit_alpha_beta, percentile
+from harness.common.names import GLOO_DEFAULT_THREADS
 from harness.common.numbers import is_finite
 
 ADVISOR_HOOKS = ("allreduce", "fp16", "bf16")
@@ -91,7 +92,17 @@ def step_inputs(summary: dict[str, Any], run: str) -> StepInputs:
         raise UsageError(f"--run {run!r} measured no step (step_ms_p50, fwd_bwd_ms_p50): too few steps?")
     inputs = StepInputs(timeline, compute, max(0.0, step - fwd_bwd), read_codec_costs(summary, path))
     inputs.hook_host_ms = hook_host_cost(summary)
+    inputs.collectives_at_once = collectives_at_once(summary)
     return inputs
+
+
+def collectives_at_once(summary: dict[str, Any]) -> int:
+    """L (step_model.FORMULAS): how many collectives the run's process group ran at once, as train.py recorded
+    it; for a run recorded before it did, gloo's default worker threads, and 1 for NCCL."""
+    recorded = summary.get("collectives_at_once")
+    if isinstance(recorded, int) and recorded > 0:
+        return recorded
+    return GLOO_DEFAULT_THREADS if summary.get("backend") == "gloo" else 1
 
 
 def hook_host_cost(summary: dict[str, Any]) -> float:
@@ -273,7 +284,10 @@ def picks_across_kappa(advice: Advice) -> list[tuple[float, StepPrediction]]:
 
 def kappa_range_text(advice: Advice) -> str:
     low, high = advice.inputs.kappa_range
-    return f"{low:.2f} to {high:.2f}"
+    text = f"{low:.2f} to {high:.2f}"
+    if not advice.inputs.kappa_measured:
+        text += ", not measured: the run hid no communication under backward"
+    return text
 
 
 def same_buckets(a: StepPrediction, b: StepPrediction) -> bool:

@@ -7,10 +7,13 @@ model; every printed prediction carries them.
 
 - DDP's buckets are rebuilt with torch's own assignment function (`dist._compute_bucket_assignment_by_size`,
   as DDP's rebuild calls it), the parameters taken in their measured ready order.
-- A bucket is ready when its last gradient is. Buckets launch in index order and their collectives run one
-  after another: NCCL runs one communicator's collectives in order. gloo can run two at once; the model
-  assumes serial there too, and the in-run fit, taken from gloo's own launch-to-done times, absorbs what
-  the concurrency changes.
+- A bucket is ready when its last gradient is. Buckets launch in index order, and a process group runs L of
+  their collectives at once, each taking the next in the queue: NCCL L = 1 (one communicator's collectives
+  run in order on its stream), gloo L = its worker threads (2 by default; summary.json's
+  "collectives_at_once"). Collectives in flight together overlap their latency α, not their bytes: the link
+  carries one collective's bytes at a time, in launch order. (gpt_tiny at 0.01 MiB on 2 loopback ranks, ten
+  latency-bound buckets: serial chaining predicted 26.3 ms exposed against 12.4–16.1 measured; the union of
+  the ten collectives' intervals was about half their sum.)
 - The fp16 and bf16 hooks send 2 bytes an element. Their cast runs on the compute path before the bucket
   launches (it delays the rest of backward), and their copy back runs after the collective; the measured
   codec time is split half and half between the two.
@@ -24,8 +27,9 @@ model; every printed prediction carries them.
   measured forward + backward. A run that hides little communication (DDP's default on a small model hides
   one bucket) leaves κ = slow-down / hidden at the mercy of a few ms of noise, so the range κ takes over the
   interference's 95 % interval is kept too (StepInputs.kappa_range), and the advisor says when the pick
-  changes within it. (Setting κ to 0 wherever that interval holds 0 was tried: on resnet50 at 2 CPU ranks,
-  where gloo's threads do slow backward, it left the run's own setting predicted 8.7 % fast.)
+  changes within it. A run that hides nothing leaves κ unmeasured: 0, with the range [0, 1]. (Setting κ to
+  0 wherever that interval holds 0 was tried: on resnet50 at 2 CPU ranks, where gloo's threads do slow
+  backward, it left the run's own setting predicted 8.7 % fast.)
 
 torch is imported only inside `assign_buckets`, so the commands that use this module answer a mistake first.
 """
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field
 
 from harness.analysis.backward_timeline import BackwardTimeline, CodecCost, ParamReady
 from harness.analysis.prediction import COMPRESSED_DTYPE, COMPRESSED_ITEMSIZE, Network
+from harness.common.metrics import busy_ms
 from harness.common.names import DEFAULT_BUCKET_CAP_MB, MIB
 
 FIRST_BUCKET_BYTES = MIB  # dist._DEFAULT_FIRST_BUCKET_BYTES: DDP's first bucket while the cap is its default
@@ -60,12 +65,16 @@ FORMULAS = (
     "k_b = codec(numel_b) = fixed + per-element × numel_b   (fp16/bf16 only; half before the launch, half after)",
     "launch_b = max(F + max_{p∈b} r_p + Σ_{c≤b} (k_c/2 + h), launch_{b−1})   (F: forward; casts and the hook's host"
     " work run on the compute path)",
-    "start_b = max(launch_b, end_{b−1}),  end_b = start_b + t_b + k_b/2   (collectives serial, in index order)",
+    "start_b = max(launch_b, start_{b−1}, end_{b−L})   (L collectives at once, in index order: NCCL 1, gloo its"
+    " worker threads)",
+    "end_b = max(start_b + α(n), wire_{b−1}) + (t_b − α(n)) + k_b/2,  wire_b = end_b − k_b/2   (latencies overlap;"
+    " the bytes of one collective at a time; with L = 1: end_b = start_b + t_b + k_b/2)",
     "E = F + backward + Σ (k_b/2 + h)   (the end of backward; h: one bucket's host work on the thread that runs"
     " backward, the fixed part of a fixed + per-byte fit of the hook's call time over the run's buckets, from an"
     " allreduce run; charged on CPU gloo,"
     " where that thread is backward's, 0 on the GPU);  tail = max(0, end_last − E)",
-    "hidden = Σ_b max(0, min(end_b, E) − start_b)   (communication under backward)",
+    "hidden = |∪_b [start_b, min(end_b, E)]|   (communication under backward: the time any collective is in"
+    " flight, as the harness's comm time counts it)",
     "forward+backward = C + Σ (k_b/2 + h) + κ × hidden + tail + residual   (C: compute-only forward+backward)",
     "residual = M − (C + Σ (k_b/2 + h) + κ × hidden + tail) at the run's own setting, M its measured forward+backward"
     " (the tail model's error there, and what κ's clamp leaves)",
@@ -169,8 +178,12 @@ class StepInputs:
     residual_ms: float = 0.0
     kappa_range: tuple[float, float] = (0.0, 0.0)
     """The κ that the ends of the measured interference's 95 % interval would give (anchor)."""
+    kappa_measured: bool = True
+    """False where the run's own setting hid no communication, so its κ says nothing (anchor)."""
     hook_host_ms: float = 0.0
     """h: what one more bucket costs the thread that runs backward (hook_host_cost); 0 where not charged."""
+    collectives_at_once: int = 1
+    """L: how many collectives the run's process group runs at once (FORMULAS)."""
 
 
 @dataclass(frozen=True)
@@ -221,24 +234,31 @@ def simulate(
     codec = inputs.codec.get(hook)
     forward = timeline.forward_ms
     compress_total = previous_launch = 0.0
-    chain_end = -math.inf
     # Backward's end, with every cast and every bucket's host work before the launches on the compute path (E).
     codec_sizes = [bucket.numel for bucket in buckets] if codec is not None else []
     host = inputs.hook_host_ms
     backward_end = forward + timeline.backward_ms + sum(codec.ms(n) for n in codec_sizes) / 2 + host * len(buckets)
-    rows = []
+    alpha = network.alpha_at_us(world_size) / 1e3
+    lanes = max(1, inputs.collectives_at_once)
+    rows: list[BucketTiming] = []
+    wire_free = previous_start = -math.inf  # when the link has carried the last bytes; the last start
     for bucket in buckets:
         size = sum(p.numel * wire_itemsize(p, hook) for p in bucket.params)
         codec_ms = codec.ms(bucket.numel) if codec is not None else 0.0
         compress_total += codec_ms / 2 + host
         launch = max(forward + bucket.ready_ms + compress_total, previous_launch)
-        start = max(launch, chain_end)
-        comm = collective_ms(network, size, world_size, start, backward_end, COMPRESSED_DTYPE.get(hook))
-        chain_end = start + comm + codec_ms / 2
-        previous_launch = launch
-        rows.append(BucketTiming(size, bucket.numel, bucket.ready_ms, start, chain_end, comm, codec_ms))
+        # The queue is first in, first out; a collective starts once one of the L before it has ended.
+        start = max(launch, previous_start, rows[-lanes].end_ms if len(rows) >= lanes else -math.inf)
+        # Its latency runs beside the others in flight; its bytes wait for theirs (with L = 1 they never wait).
+        sending = max(start + alpha, wire_free) - alpha
+        comm = collective_ms(network, size, world_size, sending, backward_end, COMPRESSED_DTYPE.get(hook))
+        wire_free = sending + comm
+        chain_end = wire_free + codec_ms / 2
+        previous_launch, previous_start = launch, start
+        rows.append(BucketTiming(size, bucket.numel, bucket.ready_ms, start, chain_end, wire_free - start, codec_ms))
+    chain_end = max((r.end_ms for r in rows), default=-math.inf)
     tail = max(0.0, chain_end - backward_end) if rows else 0.0
-    hidden = sum(max(0.0, min(r.end_ms, backward_end) - r.start_ms) for r in rows)
+    hidden = busy_ms((r.start_ms, min(r.end_ms, backward_end)) for r in rows if r.start_ms < backward_end)
     fwd_bwd = inputs.compute_only_ms + compress_total + inputs.kappa * hidden + tail + inputs.residual_ms
     return StepPrediction(
         candidate=candidate,
@@ -249,7 +269,7 @@ def simulate(
         exposed_ms=fwd_bwd - inputs.compute_only_ms,
         tail_ms=tail,
         hidden_ms=hidden,
-        comm_ms=sum(r.comm_ms for r in rows),
+        comm_ms=busy_ms((r.start_ms, r.start_ms + r.comm_ms) for r in rows),
         codec_ms=sum(r.codec_ms for r in rows),
     )
 
@@ -292,7 +312,14 @@ def anchor(
 
     below, above = measured.noise_ms
     inputs.kappa = kappa_for(slowdown)
-    inputs.kappa_range = (kappa_for(slowdown - below), kappa_for(slowdown + above))
+    inputs.kappa_measured = bare.hidden_ms > 0
+    if inputs.kappa_measured:
+        inputs.kappa_range = (kappa_for(slowdown - below), kappa_for(slowdown + above))
+    else:
+        # Nothing ran beside backward at the run's setting (one bucket, ready as backward ends): the run cannot
+        # say what hidden communication costs backward, so κ may be anything it can be, and the advisor says
+        # when that changes the pick.
+        inputs.kappa_range = (0.0, MAX_KAPPA)
     inputs.residual_ms = measured.fwd_bwd_ms - predict_candidate(run_setting, network, world_size, inputs).fwd_bwd_ms
     return predict_candidate(run_setting, network, world_size, inputs)
 

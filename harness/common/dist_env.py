@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 # NVLink multicast (NVLS) stays off: on shared multi-GPU hosts a program using it can take the host's GPUs
 # out of service. These are forced in every process we run and in every environment we build for children.
@@ -25,6 +26,22 @@ def apply_safe_nccl_env(environ: dict[str, str] | None = None) -> dict[str, str]
     target = os.environ if environ is None else environ
     target.update(NVLS_OFF_ENV)
     return target
+
+
+def collectives_at_once(group: dist.ProcessGroup | None = None) -> int | None:
+    """How many of `group`'s collectives (the default group's if None) can be in flight at once: gloo's worker
+    threads, 1 for NCCL; None where the backend does not say (not initialized, another backend, a torch whose
+    ProcessGroupGloo has no `options`)."""
+    if not dist.is_initialized():
+        return None
+    group = group or dist.distributed_c10d._get_default_group()
+    backend = dist.get_backend(group)
+    if backend == "nccl":
+        return 1
+    if backend != "gloo":
+        return None
+    threads = getattr(getattr(group._get_backend(torch.device("cpu")), "options", None), "_threads", None)
+    return threads if isinstance(threads, int) and threads > 0 else None
 
 
 @dataclass(frozen=True)

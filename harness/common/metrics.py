@@ -6,7 +6,7 @@ Both the training hook and the raw sweep compute algbw and busbw here, so their 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 # Bus-bandwidth factor per collective, as a function of the world size n. The factor turns algorithm
 # bandwidth into the per-link bandwidth a ring would need, so different collectives read on one scale.
@@ -96,3 +96,20 @@ def fit_alpha_beta(size_bytes: Sequence[float], time_us: Sequence[float]) -> tup
 def alpha_beta_time_us(size_bytes: float, alpha_us: float, beta_gbps: float) -> float:
     """Time of one operation of S bytes under the α-β model: α + S/β, in µs."""
     return alpha_us + size_bytes / (beta_gbps * 1e3)
+
+
+def busy_ms(intervals: Iterable[tuple[float, float]]) -> float:
+    """Length of the union of [start, end] intervals (gloo runs up to two collectives at once): the harness's
+    comm time, and the step model's communication under backward."""
+    total = 0.0
+    current_start = current_end = None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            if current_end is not None:
+                total += current_end - current_start
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    if current_end is not None:
+        total += current_end - current_start
+    return total

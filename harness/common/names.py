@@ -20,6 +20,10 @@ HOOK_NAMES = ("allreduce", "fp16", "bf16", "powersgd", "noop")
 MB = 1e6  # tables give sizes in decimal MB, matching the decimal GB/s of the bandwidths
 MIB = 2**20  # DDP's bucket_cap_mb is in MiB
 DEFAULT_BUCKET_CAP_MB = 25.0  # DDP's default cap (torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB)
+# How many collectives a gloo process group runs at once: its worker threads, each taking the next queued
+# collective (ProcessGroupGloo's options, `_threads`, 2 unless the group was made with others). NCCL runs one
+# communicator's collectives in order on one stream: 1.
+GLOO_DEFAULT_THREADS = 2
 
 # -- exit codes, alike for every command ---------------------------------------------------------------------
 EXIT_WRONG = 1  # the raw sweep's check found wrong elements

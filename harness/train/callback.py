@@ -52,6 +52,7 @@ import torch
 import torch.distributed as dist
 
 from harness.common import tags
+from harness.common.dist_env import collectives_at_once
 from harness.common.failures import (
     Interrupted,
     OutputFailed,
@@ -579,6 +580,7 @@ class CommTimingCallback(pl.Callback):
             overhead_s={**self.overhead_s, "gathers": self.gathers, **self._cpu_overhead()},
             backward_timeline=self.grad_ready.timeline() if self.grad_ready is not None else None,
             codec_probe=self.codec_probe,
+            collectives_at_once=collectives_at_once(),
         )
         if not self.timed_comm:
             summary["totals"].update(dict.fromkeys(COMM_TOTALS, math.nan), exposure_verdict=NO_HOOK_VERDICT)

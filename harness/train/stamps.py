@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
+
+from harness.common.metrics import busy_ms
 
 # A point in time: a recorded CUDA event on the GPU timeline, or perf_counter_ns() on the CPU.
 Stamp = int | torch.cuda.Event
@@ -276,19 +277,3 @@ class StepStamps:
                 )
             )
         return timings
-
-
-def busy_ms(intervals: Iterable[tuple[float, float]]) -> float:
-    """Length of the union of [start, end] intervals (gloo runs up to two collectives at once)."""
-    total = 0.0
-    current_start = current_end = None
-    for start, end in sorted(intervals):
-        if current_end is None or start > current_end:
-            if current_end is not None:
-                total += current_end - current_start
-            current_start, current_end = start, end
-        else:
-            current_end = max(current_end, end)
-    if current_end is not None:
-        total += current_end - current_start
-    return total

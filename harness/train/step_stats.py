@@ -9,10 +9,10 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from harness.common.metrics import algbw_gbps, busbw_gbps, percentile
+from harness.common.metrics import algbw_gbps, busbw_gbps, busy_ms, percentile
 from harness.common.names import WARMUP_STEPS
 from harness.train.exposure_estimate import overlap_pct
-from harness.train.stamps import BucketContents, ResolvedStep, busy_ms
+from harness.train.stamps import BucketContents, ResolvedStep
 
 # Step 0 runs with one bucket holding every gradient and step 1 is the first with DDP's rebuilt buckets
 # (DDP rebuilds its buckets once, after step 0), so both are warm-up: logged, but kept out of every summary.

@@ -40,6 +40,7 @@ def build_summary(
     bootstrap_draws: int = 1000,
     backward_timeline: dict[str, Any] | None = None,
     codec_probe: dict[str, Any] | None = None,
+    collectives_at_once: int | None = None,
 ) -> dict[str, Any]:
     """Everything a later comparison needs, as plain JSON types. Warm-up and calibration steps are excluded.
     The advisor's inputs, null where not measured: "backward_timeline", rank 0's per-parameter gradient-ready
@@ -137,6 +138,9 @@ def build_summary(
         "settings": settings,
         "world_size": world_size,
         "backend": backend,
+        # How many of the process group's collectives run at once (dist_env.collectives_at_once; the advisor's
+        # step model queues buckets on that many); null where the backend does not say.
+        "collectives_at_once": collectives_at_once,
         "sample_unit": sample_unit,
         "totals": totals,
         "buckets": buckets,
