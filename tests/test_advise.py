@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.analysis.advice import hook_host_cost
-from harness.analysis.backward_timeline import BackwardTimeline, ParamReady
+from harness.analysis.backward_timeline import BackwardTimeline, CodecCost, ParamReady
 from harness.analysis.bucket_layout import model_bucket_layout
 from harness.analysis.prediction import (
     Network,
@@ -174,6 +174,22 @@ def test_collectives_in_flight_together_overlap_their_latency_not_their_bytes(at
     """L collectives at once (gloo's worker threads): each starts once one of the L before it has ended, in
     launch order; the latencies overlap, the bytes go one collective at a time. L = 1 is the serial chain."""
     assert tiny_buckets_at_once(at_once, alpha_us, mib) == [pytest.approx(i, abs=1e-3) for i in intervals]
+
+
+def test_a_thread_freed_by_a_later_bucket_takes_the_next_one():
+    """fp16 with a 40 ms copy back after the big bucket's collective (codec 80 ms; about 0 for the tiny ones),
+    L = 2, α = 1 ms, bytes free: the three launch together at 40 ms; the big bucket's thread is busy until 81, the
+    first tiny one's is free at 41, so the second tiny one starts at 41, not after the big one's copy back."""
+    n = MIB // 4
+    params = (ParamReady(0, "big", n, 4, 0.0), ParamReady(1, "t1", 1, 4, 1e-6), ParamReady(2, "t2", 1, 4, 2e-6))
+    inputs = StepInputs(BackwardTimeline(params, 0.0, 30.0, 3, "test"), compute_only_ms=30.0, other_ms=0.0)
+    inputs.collectives_at_once = 2
+    inputs.codec["fp16"] = CodecCost(fixed_ms=0.0, ms_per_melement=80.0 / (n / 1e6), source="test")
+    network = Network(1_000.0, 1e9, 2)  # bytes take no time
+    step = predict_candidate(Candidate((2 * n, 2, 2), "fp16", "list"), network, 2, inputs)
+    starts = [b.start_ms for b in step.buckets]
+    assert starts[2] == pytest.approx(starts[1] + 1.0, abs=1e-3)  # the tiny one before it took α = 1 ms
+    assert step.buckets[0].end_ms > starts[2] + 30.0
 
 
 def test_communication_under_backward_counts_collectives_in_flight_together_once():

@@ -157,6 +157,7 @@ def advice_json(advice: Advice, run: str, sweep: Network | None) -> dict[str, An
         "residual_ms": inputs.residual_ms,
         "hook_host_ms": inputs.hook_host_ms,
         "kappa_range": list(inputs.kappa_range),
+        "kappa_measured": inputs.kappa_measured,
         "picks_across_kappa": [{"kappa": k, "pick": row_json(p, advice)} for k, p in picks_across_kappa(advice)],
         "compute_only_ms": inputs.compute_only_ms,
         "other_ms": inputs.other_ms,
