@@ -14,6 +14,12 @@ and worst |error|, and whether the recommended setting is the measured best or w
 of it (its fastest run no slower than the best setting's slowest). `--two-hosts RATE` runs every train.py on
 two network-namespace hosts joined by a tbf-shaped veth link of RATE Mbit/s, one rank each (root only).
 
+A single run is itself a noisy sample. The report's noise floor says how far one run's step lies from the median
+of its setting's other repeats: the error a perfect model, predicting from one run, would still show. With
+`--bases-in-grid` there is no separate base run: each of the grid's default-cap allreduce runs is the base in
+turn (measured interleaved with the settings it predicts, so the machine's drift between an early base run and
+the grid is not charged to the model), and the errors are pooled over the bases.
+
 Measured figures, with their dates and machine: docs/BENCHMARKS.md, "Issue 13: validation".
 """
 
@@ -21,16 +27,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import grid
 from harness.advise import config_of, measured_steps, measured_totals
-from harness.analysis.step_model import cap_candidate, default_candidate
+from harness.analysis.runs import read_summary
+from harness.analysis.step_model import Candidate, cap_candidate, default_candidate
 from harness.common.dist_env import NVLS_OFF_ENV
 from harness.common.failures import SignalLatch
 
@@ -103,8 +112,9 @@ def run_sweep(args: argparse.Namespace, out: Path) -> Path:
     return path
 
 
-def advise_json(run_dir: Path, out: Path, extra: list[str], sweep: Path | None = None) -> dict[str, Any]:
-    path = out / f"advise{'-'.join(extra).replace('-', '_')}.json"
+def advise_json(run_dir: Path, out: Path, extra: list[str], sweep: Path | None = None, tag: str = "") -> dict[str, Any]:
+    """harness.advise's JSON for `run_dir`, kept (with its printed text) under `out`, named by `extra` and `tag`."""
+    path = out / f"advise{'-'.join(extra).replace('-', '_')}{tag}.json"
     cmd = [sys.executable, "-m", "harness.advise", "--run", str(run_dir), "--json", str(path), *extra]
     if sweep is not None:
         cmd += ["--sweep", str(sweep)]
@@ -119,31 +129,79 @@ def row_key(row: dict[str, Any]) -> tuple[Any, str]:
     return (row["bucket_cap_mb"] if row["kind"] != "default" else "default", row["hook"])
 
 
-def validate_grid(
-    args: argparse.Namespace, out: Path, base: Path, caps: list[float], hooks: list[str], sweep: Path | None
-) -> list[str]:
-    extra = ["--caps", ",".join(f"{c:g}" for c in caps), "--hooks", ",".join(hooks)]
-    advice = advise_json(base, out, extra, sweep)
-    predicted = {row_key(r): r["predicted_step_ms"] for r in advice["rows"] if r["kind"] != "list"}
-    predicted_exposed = {row_key(r): r["predicted_exposed_ms"] for r in advice["rows"] if r["kind"] != "list"}
-    candidates = [default_candidate(h) for h in hooks] + [cap_candidate(c, h) for c in caps for h in hooks]
-    configs = [config_of(c) for c in candidates]
+def grid_candidates(caps: list[float], hooks: list[str]) -> list[Candidate]:
+    return [default_candidate(h) for h in hooks] + [cap_candidate(c, h) for c in caps for h in hooks]
+
+
+def run_grid(args: argparse.Namespace, out: Path, candidates: list[Candidate]) -> Path:
+    """Every candidate --repeat times, interleaved; the directory the runs are under."""
     logdir = out / "grid"
     train = [*devices(args, args.nproc), *workload_args(args)]
-    run_schedule(args, grid.run_order(configs, args.repeat), logdir, train)
+    run_schedule(args, grid.run_order([config_of(c) for c in candidates], args.repeat), logdir, train)
+    return logdir
+
+
+def completed_runs(logdir: Path, name: str) -> list[Path]:
+    """The completed versions of run `name` under `logdir`, in the order measured_steps lists their steps."""
+    return [p.parent for p in sorted((logdir / name).glob("*/summary.json")) if read_summary(p)["completed"]]
+
+
+def noise_floor(steps: dict[str, list[float]]) -> tuple[float, float, int]:
+    """How far one run's step is from the median of its setting's other repeats: the median and worst |error|
+    that a perfect model, predicting from one run, would still show on this machine (and the runs counted)."""
+    deviations = [
+        abs(run / statistics.median(runs[:n] + runs[n + 1 :]) - 1)
+        for runs in steps.values()
+        if len(runs) > 1
+        for n, run in enumerate(runs)
+    ]
+    return (statistics.median(deviations), max(deviations), len(deviations)) if deviations else (math.nan, math.nan, 0)
+
+
+@dataclass
+class GridVerdict:
+    lines: list[str]
+    errors: list[float]
+    """|error| of every setting but the base's."""
+    within: bool
+    """The recommended setting is the measured best or within its spread."""
+
+
+def grid_verdict(
+    args: argparse.Namespace,
+    out: Path,
+    base: Path,
+    candidates: list[Candidate],
+    logdir: Path,
+    sweep: Path | None,
+    base_name: str | None = None,
+) -> GridVerdict:
+    """The advisor's predictions from `base` against the grid's measured runs. `base_name`: the grid run that
+    `base` is a version of, left out of that setting's measured repeats."""
+    caps = sorted({c.bucket_cap_mb for c in candidates if c.bucket_cap_mb is not None})
+    hooks = list(dict.fromkeys(c.hook for c in candidates))
+    extra = ["--caps", ",".join(f"{c:g}" for c in caps), "--hooks", ",".join(hooks)]
+    advice = advise_json(base, out, extra, sweep, tag=f"_{base.name}" if base_name else "")
+    predicted = {row_key(r): r["predicted_step_ms"] for r in advice["rows"] if r["kind"] != "list"}
+    predicted_exposed = {row_key(r): r["predicted_exposed_ms"] for r in advice["rows"] if r["kind"] != "list"}
     steps = measured_steps(logdir)
+    if base_name is not None:
+        left_out = completed_runs(logdir, base_name).index(base)
+        steps[base_name] = steps[base_name][:left_out] + steps[base_name][left_out + 1 :]
     # Each run's exposed (forward+backward − its own compute-only): what communication cost it, free of the
     # compute drift between runs that the step time carries.
     exposed = measured_totals(logdir, "exposed_ms_p50")
     lines = [
-        f"| setting | predicted ms | measured ms (median of {args.repeat}) | runs | error | predicted exposed ms "
+        "| setting | predicted ms | measured ms (median) | runs | error | predicted exposed ms "
         "| measured exposed ms (runs) |",
         "|---|---:|---:|---|---:|---:|---|",
     ]
     errors, measured_median = [], {}
-    for cand, config in zip(candidates, configs, strict=True):
+    for cand in candidates:
+        config = config_of(cand)
         key = ("default" if cand.kind == "default" else cand.bucket_cap_mb, cand.hook)
-        runs = steps.get(grid.run_name(args.model, config), [])
+        name = grid.run_name(args.model, config)
+        runs = steps.get(name, [])
         pred = predicted.get(key)
         if not runs or pred is None:
             lines.append(f"| {cand.label}, {cand.hook} | {pred} | no run | | |")
@@ -151,8 +209,9 @@ def validate_grid(
         median = statistics.median(runs)
         measured_median[key] = (median, runs)
         error = pred / median - 1
-        errors.append(abs(error))
-        runs_exposed = ", ".join(f"{e:.1f}" for e in exposed.get(grid.run_name(args.model, config), []))
+        if key != ("default", "allreduce"):
+            errors.append(abs(error))
+        runs_exposed = ", ".join(f"{e:.1f}" for e in exposed.get(name, []))
         lines.append(
             f"| {cand.label}, {cand.hook} | {pred:.1f} | {median:.1f} | {', '.join(f'{r:.1f}' for r in runs)} | "
             f"{100 * error:+.1f} % | {predicted_exposed.get(key, float('nan')):.1f} | {runs_exposed} |"
@@ -167,8 +226,8 @@ def validate_grid(
         "",
         f"- compute-only forward+backward over the grid's {len(compute)} runs: {min(compute):.1f} to "
         f"{max(compute):.1f} ms (median {statistics.median(compute):.1f}): the machine's run-to-run drift",
-        f"- median |error| {100 * statistics.median(errors):.1f} %, worst {100 * max(errors):.1f} % over "
-        f"{len(errors)} settings (the base setting, default cap + allreduce, is anchored: its error is the noise "
+        f"- median |error| {100 * statistics.median(errors):.1f} %, worst {100 * max(errors):.1f} % over the "
+        f"{len(errors)} settings besides the base's (default cap + allreduce: anchored, so its error is the noise "
         "between the base run and its repeats)",
         f"- recommended: {rec_key}; measured best: {best_key} (median {measured_median[best_key][0]:.1f} ms); "
         f"recommended {'is the measured best or within its spread' if within else 'is NOT within the best spread'}",
@@ -177,6 +236,52 @@ def validate_grid(
         f"residual {advice['residual_ms']:.1f} ms, h {advice.get('hook_host_ms', 0.0):.3f} ms a bucket, network "
         f"{advice['network']['source']}, α {advice['network']['alpha_us']:.0f} µs, "
         f"B_bus {advice['network']['busbw_gbps']:.3g} GB/s; {advice['layout_check']}",
+    ]
+    return GridVerdict(lines, errors, within)
+
+
+def floor_line(logdir: Path) -> str:
+    median, worst, runs = noise_floor(measured_steps(logdir))
+    return (
+        f"- noise floor: one run's step against the median of its setting's other repeats, over {runs} runs: "
+        f"median |error| {100 * median:.1f} %, worst {100 * worst:.1f} % (what a perfect model, predicting from "
+        "one run, would still show here)"
+    )
+
+
+def validate_grid(
+    args: argparse.Namespace, out: Path, base: Path, caps: list[float], hooks: list[str], sweep: Path | None
+) -> list[str]:
+    """Predictions from the separate base run, against the grid run after it."""
+    candidates = grid_candidates(caps, hooks)
+    logdir = run_grid(args, out, candidates)
+    verdict = grid_verdict(args, out, base, candidates, logdir, sweep)
+    return [*verdict.lines, floor_line(logdir)]
+
+
+def validate_grid_bases(
+    args: argparse.Namespace, out: Path, caps: list[float], hooks: list[str], sweep: Path | None
+) -> list[str]:
+    """Each of the grid's own default-cap, allreduce runs taken in turn as the one base run: the base is then
+    measured interleaved with what it predicts, and the error is pooled over as many bases as --repeat."""
+    candidates = grid_candidates(caps, hooks)
+    logdir = run_grid(args, out, candidates)
+    base_name = grid.run_name(args.model, config_of(default_candidate("allreduce")))
+    bases = completed_runs(logdir, base_name)
+    if len(bases) < 2:
+        sys.exit(f"--bases-in-grid needs two completed {base_name} runs under {logdir}, found {len(bases)}")
+    lines, pooled, within = [], [], 0
+    for base in bases:
+        verdict = grid_verdict(args, out, base, candidates, logdir, sweep, base_name)
+        lines += [f"#### base run {base}", "", *verdict.lines, ""]
+        pooled += verdict.errors
+        within += verdict.within
+    lines += [
+        f"Pooled over the {len(bases)} base runs: median |error| {100 * statistics.median(pooled):.1f} %, worst "
+        f"{100 * max(pooled):.1f} % over {len(pooled)} predictions; the recommended setting was the measured best or "
+        f"within its spread from {within} of {len(bases)} bases",
+        "",
+        floor_line(logdir),
     ]
     return lines
 
@@ -223,19 +328,29 @@ def main() -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="keep the runs an earlier call left under --out; predict and compare again"
     )
+    parser.add_argument(
+        "--bases-in-grid",
+        action="store_true",
+        help="no separate base run: each of the grid's default-cap allreduce runs in turn is the base",
+    )
     parser.add_argument("--run-timeout", type=float, default=600.0, help="seconds a two-host run may take")
     parser.add_argument("--out", default="bench-out/advisor")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sweep = run_sweep(args, out) if args.sweep else None
-    base = run_base(args, out)
-    where = f"2 namespace hosts, tbf {args.two_hosts:g} Mbit/s" if args.two_hosts else f"{args.nproc} ranks, loopback"
-    report = [f"### {args.model}, {where}, base run {base}", ""]
     caps = [float(c) for c in args.caps.split(",") if c]
     hooks = [h for h in args.hooks.split(",") if h]
-    if caps and hooks and args.repeat > 0:
-        report += validate_grid(args, out, base, caps, hooks, sweep)
+    where = f"2 namespace hosts, tbf {args.two_hosts:g} Mbit/s" if args.two_hosts else f"{args.nproc} ranks, loopback"
+    if args.bases_in_grid:
+        report = [f"### {args.model}, {where}, each default-cap allreduce run of the grid as the base", ""]
+        report += validate_grid_bases(args, out, caps, hooks, sweep)
+        base = completed_runs(out / "grid", grid.run_name(args.model, config_of(default_candidate("allreduce"))))[0]
+    else:
+        base = run_base(args, out)
+        report = [f"### {args.model}, {where}, base run {base}", ""]
+        if caps and hooks and args.repeat > 0:
+            report += validate_grid(args, out, base, caps, hooks, sweep)
     sizes = [int(n) for n in args.extrapolate.split(",") if n]
     if sizes:
         report += ["", f"World sizes predicted from the {args.nproc}-rank base run:", ""]
