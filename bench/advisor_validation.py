@@ -242,6 +242,8 @@ def grid_verdict(
 
 def floor_line(logdir: Path) -> str:
     median, worst, runs = noise_floor(measured_steps(logdir))
+    if not runs:
+        return "- noise floor: unknown, no setting ran twice"
     return (
         f"- noise floor: one run's step against the median of its setting's other repeats, over {runs} runs: "
         f"median |error| {100 * median:.1f} %, worst {100 * worst:.1f} % (what a perfect model, predicting from "
