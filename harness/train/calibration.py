@@ -118,11 +118,9 @@ AfterBackward = tuple[str, str, int]
 # The dtypes the compress hooks send (hook.py), whose all_reduce rate the timeline steps probe after backward.
 WIRE_PROBE_DTYPES = (torch.float16, torch.bfloat16)
 # The latency-overlap probe of the timeline steps (probe_latency_overlap): this many all_reduces of this many
-# float32 elements (4 KB: latency, not bytes), one after another and then all queued at once, this many rounds
-# (two timeline steps' single rounds on the 2-core machine: 24.3 and 9.7 ms one by one, the noise of the thing).
+# float32 elements (4 KB: latency, not bytes), one after another and then all queued at once.
 OVERLAP_PROBE_COLLECTIVES = 8
 OVERLAP_PROBE_NUMEL = 1024
-OVERLAP_PROBE_ROUNDS = 3
 OVERLAP_SERIAL, OVERLAP_QUEUED = "overlap_serial", "overlap_queued"
 
 
@@ -178,28 +176,23 @@ def probe_latency_overlap(
 ) -> list[AfterBackward]:
     """How much of a collective's latency runs beside the others in flight, on a process group that runs several
     at once (gloo's worker threads): OVERLAP_PROBE_COLLECTIVES tiny all_reduces one after another (stamped as one
-    interval, OVERLAP_SERIAL), then as many launched together and waited for (OVERLAP_QUEUED), OVERLAP_PROBE_ROUNDS
-    times. Their ratio is what
+    interval, OVERLAP_SERIAL), then as many launched together and waited for (OVERLAP_QUEUED). Their ratio is what
     the step model needs (step_model.FORMULAS: the serial share of α): on the 2-core machine ten 4 KB all_reduces
     queued on gloo's two threads took 12.0 ms against 13.1 one by one, not the half that two threads could give.
     Every rank makes the same calls in the same order."""
     tensors = [torch.zeros(OVERLAP_PROBE_NUMEL, device=device) for _ in range(OVERLAP_PROBE_COLLECTIVES)]
     size = OVERLAP_PROBE_COLLECTIVES * OVERLAP_PROBE_NUMEL * tensors[0].element_size()
-    made: list[AfterBackward] = []
-    for round_ in range(OVERLAP_PROBE_ROUNDS):  # the two kinds interleaved, so drift falls on both alike
-        serial, queued = f"{OVERLAP_SERIAL}_{round_}", f"{OVERLAP_QUEUED}_{round_}"
-        start, done = stamp_names(serial)
-        stamp(start)
-        for tensor in tensors:
-            dist.all_reduce(tensor, group=group)
-        stamp(done)
-        start, done = stamp_names(queued)
-        stamp(start)
-        for work in [dist.all_reduce(tensor, group=group, async_op=True) for tensor in tensors]:
-            work.wait()
-        stamp(done)
-        made += [(serial, "float32", size), (queued, "float32", size)]
-    return made
+    start, done = stamp_names(OVERLAP_SERIAL)
+    stamp(start)
+    for tensor in tensors:
+        dist.all_reduce(tensor, group=group)
+    stamp(done)
+    start, done = stamp_names(OVERLAP_QUEUED)
+    stamp(start)
+    for work in [dist.all_reduce(tensor, group=group, async_op=True) for tensor in tensors]:
+        work.wait()
+    stamp(done)
+    return [(OVERLAP_SERIAL, "float32", size), (OVERLAP_QUEUED, "float32", size)]
 
 
 def stamped_all_reduce(

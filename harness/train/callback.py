@@ -409,9 +409,8 @@ class CommTimingCallback(pl.Callback):
             start, done = (marks.get(stamp) for stamp in stamp_names(name))
             if start is None or done is None:
                 continue
-            probe = next((kind for kind in self.latency_overlap if name.startswith(f"{kind}_")), None)
-            if probe is not None:
-                self.latency_overlap[probe].append(done - start)
+            if name in self.latency_overlap:
+                self.latency_overlap[name].append(done - start)
             else:
                 self.after_backward_all_reduces.append((dtype, size, done - start))
 
