@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.advice import hook_host_cost, latency_serial_share
+from harness.analysis.advice import hook_host_cost
 from harness.analysis.backward_timeline import BackwardTimeline, CodecCost, ParamReady
 from harness.analysis.bucket_layout import model_bucket_layout
 from harness.analysis.prediction import (
@@ -142,18 +142,15 @@ def test_a_dtype_at_half_the_rate_per_byte_takes_as_long_with_half_the_bytes():
     assert bf16.tail_ms == pytest.approx(7.5)
 
 
-def tiny_buckets_at_once(
-    at_once: int, alpha_us: float, mib: int = 0, serial_share: float = 0.0
-) -> list[tuple[float, float]]:
+def tiny_buckets_at_once(at_once: int, alpha_us: float, mib: int = 0) -> list[tuple[float, float]]:
     """(start, end) of three buckets ready together at the end of a 30 ms backward (three_mib_timeline's
     parameters, all ready at 30 ms), each holding 1 MiB if `mib` else 4 bytes, with `at_once` collectives in
-    flight together, `serial_share` of whose latency does not overlap."""
+    flight together."""
     inputs = three_mib_timeline()
     inputs.timeline = BackwardTimeline(
         tuple(replace(p, ready_ms=30.0, numel=p.numel if mib else 1) for p in inputs.timeline.params), 0.0, 30.0, 3, "t"
     )
     inputs.collectives_at_once = at_once
-    inputs.latency_serial_share = serial_share
     network = replace(FIVE_MS_PER_MIB, alpha_us=alpha_us)
     step = predict_candidate(Candidate((MIB if mib else 4,), "allreduce", "cap"), network, 2, inputs)
     return [(b.start_ms, b.end_ms) for b in step.buckets]
@@ -177,49 +174,6 @@ def test_collectives_in_flight_together_overlap_their_latency_not_their_bytes(at
     """L collectives at once (gloo's worker threads): each starts once one of the L before it has ended, in
     launch order; the latencies overlap, the bytes go one collective at a time. L = 1 is the serial chain."""
     assert tiny_buckets_at_once(at_once, alpha_us, mib) == [pytest.approx(i, abs=1e-3) for i in intervals]
-
-
-@pytest.mark.parametrize(
-    ("serial_share", "intervals"),
-    [
-        # Latency only, 10 ms each, two threads. None of it overlaps: the second waits on its thread for the
-        # first, and the three end as one after another would.
-        (1.0, [(30, 40), (30, 50), (40, 60)]),
-        # Half of it overlaps: the second's first 5 ms run beside the first, its other 5 after it (30–45); the
-        # third takes the first's thread at 40 and its serial half follows the second's (40–50).
-        (0.5, [(30, 40), (30, 45), (40, 50)]),
-    ],
-)
-def test_the_share_of_latency_that_does_not_overlap_goes_one_collective_at_a_time(serial_share, intervals):
-    assert tiny_buckets_at_once(2, 10_000.0, 0, serial_share) == [pytest.approx(i, abs=1e-3) for i in intervals]
-
-
-@pytest.mark.parametrize(("serial_ms", "queued_ms"), [(16.0, 12.0), (16.0, 10.0), (16.0, 15.5)])
-def test_the_serial_share_from_the_runs_probe_gives_back_the_probes_time(serial_ms, queued_ms):
-    """The run's probe: 8 tiny all_reduces one after another, then 8 queued at once on gloo's 2 threads. With
-    the f that latency_serial_share takes from it, the model's 8 latency-only collectives, ready together, are
-    in flight for the probe's queued time (α = serial / 8)."""
-    probe = {"latency_overlap": {"collectives": 8, "serial_ms": [serial_ms], "queued_ms": [queued_ms]}}
-    share = latency_serial_share(probe)
-    params = tuple(ParamReady(i, f"p{i}", 1, 4, 0.0) for i in range(8))
-    inputs = StepInputs(BackwardTimeline(params, 0.0, 1.0, 3, "test"), compute_only_ms=1.0, other_ms=0.0)
-    inputs.collectives_at_once, inputs.latency_serial_share = 2, share
-    step = predict_candidate(Candidate((4,), "allreduce", "cap"), Network(1e3 * serial_ms / 8, 1e9, 2), 2, inputs)
-    assert step.comm_ms == pytest.approx(queued_ms, rel=1e-6)
-
-
-@pytest.mark.parametrize(
-    ("probe", "share"),
-    [
-        (None, 0.0),  # a run recorded before the probe, or NCCL (one collective at a time): latencies overlap
-        ({"collectives": 8, "serial_ms": [16.0, 16.4], "queued_ms": [16.4, 16.0]}, 1.0),  # medians equal: none overlaps
-        ({"collectives": 8, "serial_ms": [16.0], "queued_ms": [1.0]}, 0.0),  # faster than two threads: kept ≥ 0
-        ({"collectives": 8, "serial_ms": [16.0], "queued_ms": [20.0]}, 1.0),  # slower queued than serial: ≤ 1
-        ({"collectives": 8, "serial_ms": [], "queued_ms": [1.0]}, 0.0),
-    ],
-)
-def test_the_serial_share_without_a_usable_probe_and_at_its_bounds(probe, share):
-    assert latency_serial_share({"latency_overlap": probe}) == pytest.approx(share)
 
 
 def test_a_thread_freed_by_a_later_bucket_takes_the_next_one():

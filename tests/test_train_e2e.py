@@ -107,12 +107,6 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     # gloo's worker threads, read from the real process group's options (torch's default, 2): the advisor
     # queues buckets on that many.
     assert summary["collectives_at_once"] == torch.distributed.ProcessGroupGloo._Options()._threads == 2
-    # Each timeline step probed how much of gloo's latency overlaps on its two threads: 8 tiny all_reduces one
-    # after another, then 8 queued at once, each a time this machine took.
-    probe = summary["latency_overlap"]
-    assert probe["collectives"] == 8 and probe["bytes_each"] == 4096
-    assert len(probe["serial_ms"]) == len(probe["queued_ms"]) == totals["timeline_steps"] > 0
-    assert all(ms > 0 for ms in probe["serial_ms"] + probe["queued_ms"])
     assert totals["steps_measured"] == len(measured_steps), "warm-up and calibration steps are left out"
     assert totals["bytes_per_step"] == 4 * params
     assert sum(b["bytes"] for b in summary["buckets"]) == 4 * params

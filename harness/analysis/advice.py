@@ -93,25 +93,7 @@ def step_inputs(summary: dict[str, Any], run: str) -> StepInputs:
     inputs = StepInputs(timeline, compute, max(0.0, step - fwd_bwd), read_codec_costs(summary, path))
     inputs.hook_host_ms = hook_host_cost(summary)
     inputs.collectives_at_once = collectives_at_once(summary)
-    inputs.latency_serial_share = latency_serial_share(summary)
     return inputs
-
-
-def latency_serial_share(summary: dict[str, Any]) -> float:
-    """f (step_model.FORMULAS): the share of a collective's latency α that does not run beside the others in flight,
-    from the run's latency-overlap probe (summary.json's "latency_overlap": K tiny all_reduces one after another,
-    then K queued at once, on each timeline step). In the model, K latency-bound collectives queued on L ≥ 2
-    threads take α(1 − f) + K f α where serial ones take K α, so with r = queued / serial (the medians over the
-    timeline steps), f = (K r − 1)/(K − 1), kept within [0, 1]. 0 (latencies overlap wholly, the model before the
-    probe) where there is no probe: a run recorded before it, or one group that runs one collective at a time."""
-    probe = summary.get("latency_overlap") or {}
-    count, serial, queued = probe.get("collectives"), probe.get("serial_ms") or [], probe.get("queued_ms") or []
-    if not (isinstance(count, int) and count > 1 and serial and queued):
-        return 0.0
-    serial_ms, queued_ms = percentile(serial, 50), percentile(queued, 50)
-    if not (is_finite(serial_ms) and is_finite(queued_ms)) or serial_ms <= 0:
-        return 0.0
-    return min(1.0, max(0.0, (count * queued_ms / serial_ms - 1) / (count - 1)))
 
 
 def collectives_at_once(summary: dict[str, Any]) -> int:

@@ -13,11 +13,7 @@ model; every printed prediction carries them.
   "collectives_at_once"). Collectives in flight together overlap their latency α, not their bytes: the link
   carries one collective's bytes at a time, in launch order. (gpt_tiny at 0.01 MiB on 2 loopback ranks, ten
   latency-bound buckets: serial chaining predicted 26.3 ms exposed against 12.4–16.1 measured; the union of
-  the ten collectives' intervals was about half their sum.) How much of α overlaps is measured, not assumed:
-  where the threads share busy cores (the 2-core machine: ten 4 KB all_reduces queued on gloo's two threads
-  took 12.0 ms against 13.1 one by one) most of α is the threads' own CPU work and goes one at a time. The
-  run's timeline steps probe it (calibration.probe_latency_overlap), and the share f of α that does not
-  overlap is charged like the bytes.
+  the ten collectives' intervals was about half their sum.)
 - The fp16 and bf16 hooks send 2 bytes an element. Their cast runs on the compute path before the bucket
   launches (it delays the rest of backward), and their copy back runs after the collective; the measured
   codec time is split half and half between the two.
@@ -68,18 +64,16 @@ FORMULAS = (
     "S_b = Σ numel × bytes on the wire (4 for fp32 gradients, 2 with the fp16/bf16 hooks)",
     "t_b = α(n) + S_b × 2(n−1)/n / B_bus   (ring all_reduce), at the in-run fit's B_bus while backward runs and at"
     " B_bus' (the run's calibration all_reduces, made after backward) for what runs after it: a collective that"
-    " starts sending (s_b = max(start_b + (1 − f) α(n), wire_{b−1}) − (1 − f) α(n), below) before E and outlasts"
-    " it does the part of t_b left at E at B_bus' (end = E + (1 − (E − s_b)/t_b) × t_b'); both × the dtype's rate"
-    " per byte against the run's own (fp16/bf16 probed after backward in the timeline steps; 1 where not probed)",
+    " starts sending (s_b = max(start_b + α(n), wire_{b−1}) − α(n), below) before E and outlasts it does the part"
+    " of t_b left at E at B_bus' (end = E + (1 − (E − s_b)/t_b) × t_b'); both × the dtype's rate per byte"
+    " against the run's own (fp16/bf16 probed after backward in the timeline steps; 1 where not probed)",
     "k_b = codec(numel_b) = fixed + per-element × numel_b   (fp16/bf16 only; half before the launch, half after)",
     "launch_b = max(F + max_{p∈b} r_p + Σ_{c≤b} (k_c/2 + h), launch_{b−1})   (F: forward; casts and the hook's host"
     " work run on the compute path)",
     "start_b = max(launch_b, start_{b−1}, the earliest a thread is free: the L-th latest end_c, c < b)   (L"
     " collectives at once, in index order: NCCL 1, gloo its worker threads)",
-    "end_b = max(start_b + (1 − f) α(n), wire_{b−1}) + f α(n) + (t_b − α(n)) + k_b/2,  wire_b = end_b − k_b/2"
-    "   (the share 1 − f of each latency overlaps the collectives in flight; the rest, and the bytes, go one"
-    " collective at a time; f = (K r − 1)/(K − 1) from the run's probe of K tiny all_reduces, r = queued / serial"
-    " time, 0 without it; with L = 1: end_b = start_b + t_b + k_b/2)",
+    "end_b = max(start_b + α(n), wire_{b−1}) + (t_b − α(n)) + k_b/2,  wire_b = end_b − k_b/2   (latencies overlap;"
+    " the bytes of one collective at a time; with L = 1: end_b = start_b + t_b + k_b/2)",
     "E = F + backward + Σ (k_b/2 + h)   (the end of backward; h: one bucket's host work on the thread that runs"
     " backward, the fixed part of a fixed + per-byte fit of the hook's call time over the run's buckets, from an"
     " allreduce run; charged on CPU gloo,"
@@ -195,8 +189,6 @@ class StepInputs:
     """h: what one more bucket costs the thread that runs backward (hook_host_cost); 0 where not charged."""
     collectives_at_once: int = 1
     """L: how many collectives the run's process group runs at once (FORMULAS)."""
-    latency_serial_share: float = 0.0
-    """f: the share of α that does not run beside the other collectives in flight (advice.latency_serial_share)."""
 
 
 @dataclass(frozen=True)
@@ -263,10 +255,8 @@ def simulate(
         launch = max(forward + bucket.ready_ms + compress_total, previous_launch)
         # The queue is first in, first out; a collective starts once a thread is free.
         start = max(launch, previous_start, threads_free[0])
-        # The share 1 − f of its latency runs beside the others in flight; the rest of it and its bytes wait for
-        # theirs (with L = 1 nothing is in flight beside it).
-        overlapped = alpha * (1 - inputs.latency_serial_share)
-        sending = max(start + overlapped, wire_free) - overlapped
+        # Its latency runs beside the others in flight; its bytes wait for theirs (with L = 1 they never wait).
+        sending = max(start + alpha, wire_free) - alpha
         comm = collective_ms(network, size, world_size, sending, backward_end, COMPRESSED_DTYPE.get(hook))
         wire_free = sending + comm
         chain_end = wire_free + codec_ms / 2

@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterable, Iterator
 import torch
 import torch.distributed as dist
 
-from harness.common.dist_env import collectives_at_once
 from harness.common.metrics import percentile
 from harness.common.names import DEFAULT_BUCKET_CAP_MB, MIB, WARMUP_STEPS
 from harness.train.exposure_estimate import reference_ms
@@ -117,11 +116,6 @@ AfterBackward = tuple[str, str, int]
 
 # The dtypes the compress hooks send (hook.py), whose all_reduce rate the timeline steps probe after backward.
 WIRE_PROBE_DTYPES = (torch.float16, torch.bfloat16)
-# The latency-overlap probe of the timeline steps (probe_latency_overlap): this many all_reduces of this many
-# float32 elements (4 KB: latency, not bytes), one after another and then all queued at once.
-OVERLAP_PROBE_COLLECTIVES = 8
-OVERLAP_PROBE_NUMEL = 1024
-OVERLAP_SERIAL, OVERLAP_QUEUED = "overlap_serial", "overlap_queued"
 
 
 def average_gradients(
@@ -166,33 +160,7 @@ def average_gradients(
         for dtype in WIRE_PROBE_DTYPES:
             zeros = torch.zeros(first_numel, dtype=dtype, device=grads[0].device)
             made.append(stamped_all_reduce(zeros, group, stamp, f"wire_{dtype_name(dtype)}"))
-        if stamp is not None and (collectives_at_once(group) or 1) > 1:
-            made += probe_latency_overlap(group, stamp, grads[0].device)
     return made
-
-
-def probe_latency_overlap(
-    group: dist.ProcessGroup | None, stamp: Callable[[str], None], device: torch.device
-) -> list[AfterBackward]:
-    """How much of a collective's latency runs beside the others in flight, on a process group that runs several
-    at once (gloo's worker threads): OVERLAP_PROBE_COLLECTIVES tiny all_reduces one after another (stamped as one
-    interval, OVERLAP_SERIAL), then as many launched together and waited for (OVERLAP_QUEUED). Their ratio is what
-    the step model needs (step_model.FORMULAS: the serial share of α): on the 2-core machine ten 4 KB all_reduces
-    queued on gloo's two threads took 12.0 ms against 13.1 one by one, not the half that two threads could give.
-    Every rank makes the same calls in the same order."""
-    tensors = [torch.zeros(OVERLAP_PROBE_NUMEL, device=device) for _ in range(OVERLAP_PROBE_COLLECTIVES)]
-    size = OVERLAP_PROBE_COLLECTIVES * OVERLAP_PROBE_NUMEL * tensors[0].element_size()
-    start, done = stamp_names(OVERLAP_SERIAL)
-    stamp(start)
-    for tensor in tensors:
-        dist.all_reduce(tensor, group=group)
-    stamp(done)
-    start, done = stamp_names(OVERLAP_QUEUED)
-    stamp(start)
-    for work in [dist.all_reduce(tensor, group=group, async_op=True) for tensor in tensors]:
-        work.wait()
-    stamp(done)
-    return [(OVERLAP_SERIAL, "float32", size), (OVERLAP_QUEUED, "float32", size)]
 
 
 def stamped_all_reduce(

@@ -65,15 +65,7 @@ from harness.common.names import WARMUP_STEPS
 from harness.common.run_identity import trial_name
 from harness.train import dashboards
 from harness.train import summary as run_summary
-from harness.train.calibration import (
-    OVERLAP_QUEUED,
-    OVERLAP_SERIAL,
-    TIMELINE_STEPS,
-    AfterBackward,
-    Calibration,
-    average_gradients,
-    stamp_names,
-)
+from harness.train.calibration import TIMELINE_STEPS, AfterBackward, Calibration, average_gradients, stamp_names
 from harness.train.codec_probe import probe_codec
 from harness.train.config import NO_HOOK
 from harness.train.ddp_crosscheck import DDPStatsReader, compare_comm, ddp_samples_iteration, harness_comm_span_ms
@@ -182,7 +174,6 @@ class CommTimingCallback(pl.Callback):
         # backward.
         self.after_backward_stamps: dict[int, list[AfterBackward]] = {}
         self.after_backward_all_reduces: list[tuple[str, int, float]] = []
-        self.latency_overlap: dict[str, list[float]] = {OVERLAP_SERIAL: [], OVERLAP_QUEUED: []}  # ms, per timeline step
         # DDP's own sampled statistics, read at the steps it sampled, and the harness's span on those steps.
         self.ddp_reader: DDPStatsReader | None = None
         self._ddp_spans: dict[int, float] = {}
@@ -403,15 +394,10 @@ class CommTimingCallback(pl.Callback):
         self._write_summary(self._trainer, completed=False, reason=reason, final=False)
 
     def _keep_after_backward_all_reduces(self, step: int, marks: dict[str, float]) -> None:
-        """A calibration step's all_reduces after backward: (dtype, bytes, ms) of each whose two stamps it took;
-        the latency-overlap probe's two intervals apart (calibration.probe_latency_overlap)."""
+        """A calibration step's all_reduces after backward: (dtype, bytes, ms) of each whose two stamps it took."""
         for name, dtype, size in self.after_backward_stamps.pop(step, []):
             start, done = (marks.get(stamp) for stamp in stamp_names(name))
-            if start is None or done is None:
-                continue
-            if name in self.latency_overlap:
-                self.latency_overlap[name].append(done - start)
-            else:
+            if start is not None and done is not None:
                 self.after_backward_all_reduces.append((dtype, size, done - start))
 
     def _finish_step(self, resolved: ResolvedStep, gather: bool = True) -> None:
@@ -595,7 +581,6 @@ class CommTimingCallback(pl.Callback):
             backward_timeline=self.grad_ready.timeline() if self.grad_ready is not None else None,
             codec_probe=self.codec_probe,
             collectives_at_once=collectives_at_once(),
-            latency_overlap=self.latency_overlap,
         )
         if not self.timed_comm:
             summary["totals"].update(dict.fromkeys(COMM_TOTALS, math.nan), exposure_verdict=NO_HOOK_VERDICT)

@@ -17,7 +17,6 @@ import numpy as np
 from harness.common.metrics import algbw_gbps, busbw_gbps
 from harness.common.names import MB, SUMMARY_FILE, WARMUP_STEPS
 from harness.common.run_info import json_safe, run_info
-from harness.train.calibration import OVERLAP_PROBE_COLLECTIVES, OVERLAP_PROBE_NUMEL, OVERLAP_QUEUED, OVERLAP_SERIAL
 from harness.train.exposure_estimate import estimate_exposure, reference_ms
 from harness.train.step_stats import RunAggregate
 
@@ -42,16 +41,13 @@ def build_summary(
     backward_timeline: dict[str, Any] | None = None,
     codec_probe: dict[str, Any] | None = None,
     collectives_at_once: int | None = None,
-    latency_overlap: dict[str, list[float]] | None = None,
 ) -> dict[str, Any]:
     """Everything a later comparison needs, as plain JSON types. Warm-up and calibration steps are excluded.
     The advisor's inputs, null where not measured: "backward_timeline", rank 0's per-parameter gradient-ready
     times from the calibration steps (grad_ready.py), and "codec_probe", the fp16/bf16 codec's cost probed at
     the end of a completed run (codec_probe.py); "after_backward_all_reduces", the calibration steps' all_reduces
     after backward (their averaging, chunk by chunk, and on timeline steps a probe of the compress hooks' dtypes),
-    each one's dtype, bytes and ms (calibration.py; empty at world size 1); "latency_overlap", the timeline
-    steps' probe of how much latency the collectives in flight together share (calibration.probe_latency_overlap;
-    null where the process group runs one at a time).
+    each one's dtype, bytes and ms (calibration.py; empty at world size 1).
 
     Exposed communication is judged here, step by step, against the calibration samples nearest each step on
     either side, with its 95 % interval (exposure_estimate.py); the per-step TensorBoard series could only use
@@ -158,25 +154,11 @@ def build_summary(
             "bytes": [size for _, size, _ in after_backward_all_reduces],
             "ms": [ms for _, _, ms in after_backward_all_reduces],
         },
-        "latency_overlap": _latency_overlap(latency_overlap),
         "last_rank_spread": last_rank_spread,
         "overhead_s": overhead_s,
         "backward_timeline": backward_timeline,
         "codec_probe": codec_probe,
         **run_info(),
-    }
-
-
-def _latency_overlap(probes: dict[str, list[float]] | None) -> dict[str, Any] | None:
-    """The latency-overlap probe as summary.json keeps it: each timeline step's ms for the serial and the queued
-    collectives, with their count and size; None where no probe ran."""
-    if not probes or not probes.get(OVERLAP_SERIAL) or not probes.get(OVERLAP_QUEUED):
-        return None
-    return {
-        "collectives": OVERLAP_PROBE_COLLECTIVES,
-        "bytes_each": OVERLAP_PROBE_NUMEL * 4,
-        "serial_ms": list(probes[OVERLAP_SERIAL]),
-        "queued_ms": list(probes[OVERLAP_QUEUED]),
     }
 
 
