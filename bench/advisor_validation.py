@@ -37,8 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import grid
-from harness.advise import config_of, measured_steps, measured_totals
-from harness.analysis.runs import read_summary
+from harness.advise import config_of, measured_runs, measured_steps, measured_totals
 from harness.analysis.step_model import Candidate, cap_candidate, default_candidate
 from harness.common.dist_env import NVLS_OFF_ENV
 from harness.common.failures import SignalLatch
@@ -141,9 +140,14 @@ def run_grid(args: argparse.Namespace, out: Path, candidates: list[Candidate]) -
     return logdir
 
 
-def completed_runs(logdir: Path, name: str) -> list[Path]:
-    """The completed versions of run `name` under `logdir`, in the order measured_steps lists their steps."""
-    return [p.parent for p in sorted((logdir / name).glob("*/summary.json")) if read_summary(p)["completed"]]
+def base_runs(logdir: Path, name: str) -> list[Path]:
+    """The version directories of run `name` under `logdir` that measured a step: the grid's bases."""
+    return [path for path, _ in measured_runs(logdir, "step_ms_p50").get(name, [])]
+
+
+def without_run(runs: dict[str, list[tuple[Path, float]]], left_out: Path) -> dict[str, list[float]]:
+    """measured_runs' values by run name, less the version in `left_out`."""
+    return {name: [value for path, value in found if path != left_out] for name, found in runs.items()}
 
 
 def noise_floor(steps: dict[str, list[float]]) -> tuple[float, float, int]:
@@ -174,23 +178,21 @@ def grid_verdict(
     candidates: list[Candidate],
     logdir: Path,
     sweep: Path | None,
-    base_name: str | None = None,
+    in_grid: bool = False,
 ) -> GridVerdict:
-    """The advisor's predictions from `base` against the grid's measured runs. `base_name`: the grid run that
-    `base` is a version of, left out of that setting's measured repeats."""
+    """The advisor's predictions from `base` against the grid's measured runs; `in_grid`: `base` is one of the
+    grid's runs, left out of its setting's measured repeats (and its advice kept under its own name)."""
     caps = sorted({c.bucket_cap_mb for c in candidates if c.bucket_cap_mb is not None})
     hooks = list(dict.fromkeys(c.hook for c in candidates))
     extra = ["--caps", ",".join(f"{c:g}" for c in caps), "--hooks", ",".join(hooks)]
-    advice = advise_json(base, out, extra, sweep, tag=f"_{base.name}" if base_name else "")
+    advice = advise_json(base, out, extra, sweep, tag=f"_{base.name}" if in_grid else "")
     predicted = {row_key(r): r["predicted_step_ms"] for r in advice["rows"] if r["kind"] != "list"}
     predicted_exposed = {row_key(r): r["predicted_exposed_ms"] for r in advice["rows"] if r["kind"] != "list"}
-    steps = measured_steps(logdir)
-    if base_name is not None:
-        left_out = completed_runs(logdir, base_name).index(base)
-        steps[base_name] = steps[base_name][:left_out] + steps[base_name][left_out + 1 :]
+    # The base run, where it is one of the grid's, is left out of its setting's repeats (by its directory).
+    steps = without_run(measured_runs(logdir, "step_ms_p50"), base)
     # Each run's exposed (forward+backward − its own compute-only): what communication cost it, free of the
     # compute drift between runs that the step time carries.
-    exposed = measured_totals(logdir, "exposed_ms_p50")
+    exposed = without_run(measured_runs(logdir, "exposed_ms_p50"), base)
     lines = [
         "| setting | predicted ms | measured ms (median) | runs | error | predicted exposed ms "
         "| measured exposed ms (runs) |",
@@ -222,13 +224,18 @@ def grid_verdict(
     best_runs = measured_median[best_key][1]
     within = bool(rec_runs) and (rec_key == best_key or min(rec_runs) <= max(best_runs))
     compute = [c for values in measured_totals(logdir, "compute_only_ms").values() for c in values]
+    spread = (
+        f"median |error| {100 * statistics.median(errors):.1f} %, worst {100 * max(errors):.1f} % over the "
+        f"{len(errors)} settings besides the base's"
+        if errors
+        else "no setting besides the base's was measured"
+    )
     lines += [
         "",
         f"- compute-only forward+backward over the grid's {len(compute)} runs: {min(compute):.1f} to "
         f"{max(compute):.1f} ms (median {statistics.median(compute):.1f}): the machine's run-to-run drift",
-        f"- median |error| {100 * statistics.median(errors):.1f} %, worst {100 * max(errors):.1f} % over the "
-        f"{len(errors)} settings besides the base's (default cap + allreduce: anchored, so its error is the noise "
-        "between the base run and its repeats)",
+        f"- {spread} (default cap + allreduce: anchored, so its error is the noise between the base run and its "
+        "repeats)",
         f"- recommended: {rec_key}; measured best: {best_key} (median {measured_median[best_key][0]:.1f} ms); "
         f"recommended {'is the measured best or within its spread' if within else 'is NOT within the best spread'}",
         f"- advisor: {advice['confidence']}",
@@ -269,18 +276,23 @@ def validate_grid_bases(
     candidates = grid_candidates(caps, hooks)
     logdir = run_grid(args, out, candidates)
     base_name = grid.run_name(args.model, config_of(default_candidate("allreduce")))
-    bases = completed_runs(logdir, base_name)
+    bases = base_runs(logdir, base_name)
     if len(bases) < 2:
         sys.exit(f"--bases-in-grid needs two completed {base_name} runs under {logdir}, found {len(bases)}")
     lines, pooled, within = [], [], 0
     for base in bases:
-        verdict = grid_verdict(args, out, base, candidates, logdir, sweep, base_name)
+        verdict = grid_verdict(args, out, base, candidates, logdir, sweep, in_grid=True)
         lines += [f"#### base run {base}", "", *verdict.lines, ""]
         pooled += verdict.errors
         within += verdict.within
+    spread = (
+        f"median |error| {100 * statistics.median(pooled):.1f} %, worst {100 * max(pooled):.1f} % over "
+        f"{len(pooled)} predictions"
+        if pooled
+        else "no setting besides the base's was measured"
+    )
     lines += [
-        f"Pooled over the {len(bases)} base runs: median |error| {100 * statistics.median(pooled):.1f} %, worst "
-        f"{100 * max(pooled):.1f} % over {len(pooled)} predictions; the recommended setting was the measured best or "
+        f"Pooled over the {len(bases)} base runs: {spread}; the recommended setting was the measured best or "
         f"within its spread from {within} of {len(bases)} bases",
         "",
         floor_line(logdir),
@@ -347,7 +359,7 @@ def main() -> None:
     if args.bases_in_grid:
         report = [f"### {args.model}, {where}, each default-cap allreduce run of the grid as the base", ""]
         report += validate_grid_bases(args, out, caps, hooks, sweep)
-        base = completed_runs(out / "grid", grid.run_name(args.model, config_of(default_candidate("allreduce"))))[0]
+        base = base_runs(out / "grid", grid.run_name(args.model, config_of(default_candidate("allreduce"))))[0]
     else:
         base = run_base(args, out)
         report = [f"### {args.model}, {where}, base run {base}", ""]

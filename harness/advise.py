@@ -208,7 +208,13 @@ def measured_steps(logdir: Path) -> dict[str, list[float]]:
 
 def measured_totals(logdir: Path, key: str) -> dict[str, list[float]]:
     """{run name: summary.json's totals[key] of each of its completed versions} under `logdir`."""
-    found: dict[str, list[float]] = {}
+    return {name: [value for _, value in runs] for name, runs in measured_runs(logdir, key).items()}
+
+
+def measured_runs(logdir: Path, key: str) -> dict[str, list[tuple[Path, float]]]:
+    """{run name: (version directory, summary.json's totals[key]) of each completed version that has the key}
+    under `logdir` (<run name>/<version>/), in version order; a summary.json that cannot be read is left out."""
+    found: dict[str, list[tuple[Path, float]]] = {}
     for path in sorted(logdir.glob(f"*/*/{SUMMARY_FILE}")):
         try:
             summary = read_summary(path)
@@ -217,7 +223,7 @@ def measured_totals(logdir: Path, key: str) -> dict[str, list[float]]:
             continue
         value = summary["totals"].get(key)
         if summary["completed"] and value is not None:
-            found.setdefault(path.parent.parent.name, []).append(value)
+            found.setdefault(path.parent.parent.name, []).append((path.parent, value))
     return found
 
 

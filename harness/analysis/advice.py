@@ -131,7 +131,7 @@ def candidates(hooks: list[str], caps_mb: tuple[float, ...], network: Network, w
     for hook in hooks:
         out.append(default_candidate(hook))
         out += [cap_candidate(cap, hook) for cap in caps_mb]
-        out.append(best_list(hook, network, world, inputs))
+        out.append(best_list(hook, network, world, inputs, caps_mb))
     return out
 
 

@@ -54,8 +54,9 @@ MAX_KAPPA = 1.0  # one ms of hidden communication cannot cost backward more than
 # PARETO_POINTS splits per prefix: O(n² × points).
 MAX_LIST_GROUPS = 400
 PARETO_POINTS = 12
-# The local search that refines the list stops after this many predictions (each well under a millisecond).
-LOCAL_SEARCH_TRIALS = 20_000
+# The local search that refines the list makes at most this many predictions over all its seeds (each 0.1 to
+# 2.5 ms on the 2-core machine, for 4 to 200 buckets; resnet50's 161 parameters took 170–630 a seed).
+LOCAL_SEARCH_TRIALS = 5_000
 
 FORMULAS = (
     "order: parameters sorted by measured ready time r_p (from the start of backward, calibration steps)",
@@ -331,30 +332,44 @@ def anchor(
     return predict_candidate(run_setting, network, world_size, inputs)
 
 
-def best_list(hook: str, network: Network, world_size: int, inputs: StepInputs) -> Candidate:
+def best_list(
+    hook: str, network: Network, world_size: int, inputs: StepInputs, caps_mb: tuple[float, ...] = ADVISOR_CAPS_MB
+) -> Candidate:
     """The per-bucket size list that the model predicts fastest, searched over where buckets split the ready order.
 
     Two stages. A dynamic program over split points proposes a split (`_planned_cuts`); it approximates the
-    model so that it can search every split. A local search then improves that split, and the splits of the
-    caps, with `simulate` itself: it moves, removes and adds one split point at a time while the predicted step
-    gets shorter (`_refined_cuts`). So the list is never slower, by the model, than any cap, and the terms the
-    program leaves out (gloo's L collectives at once, the casts and host work that delay later launches) are
-    judged by the whole model. Each limit is its bucket's own gradient bytes: a bucket closes once it reaches
-    its limit, so torch's assignment rebuilds exactly these buckets.
+    model so that it can search every split. A local search then improves that split, and the splits of DDP's
+    default and of each cap in `caps_mb`, with `simulate` itself: it moves, removes and adds one split point
+    at a time while the predicted step gets shorter (`_refined_cuts`), within LOCAL_SEARCH_TRIALS predictions
+    over all seeds. So the terms the program leaves out (gloo's L collectives at once, the casts and host
+    work that delay later launches) are judged by the whole model. Each limit is its bucket's own gradient
+    bytes: a bucket closes once it reaches its limit, so torch's assignment rebuilds these buckets.
+
+    The list is then predicted as torch rebuilds it, against DDP's default and every cap; where one of them is
+    faster, the list is that setting's own limits, so a list is never predicted slower than a cap. That happens
+    where the search's split points are coarser than the caps' (a model of more than MAX_LIST_GROUPS
+    parameters) and where torch does not rebuild the searched buckets (parameters of several dtypes, which it
+    buckets apart).
     """
     order = inputs.timeline.ready_order()
     groups = _coarsen(order, MAX_LIST_GROUPS)
+    settings = [default_candidate(hook), *(cap_candidate(c, hook) for c in caps_mb)]
     seeds = {tuple(_planned_cuts(groups, hook, network, world_size, inputs))}
-    for cap in [default_candidate(hook), *(cap_candidate(c, hook) for c in ADVISOR_CAPS_MB)]:
-        seeds.add(_cuts_of(groups, assign_buckets(order, cap.limits_bytes)))
+    seeds |= {_cuts_of(groups, assign_buckets(order, s.limits_bytes)) for s in settings}
     candidate = Candidate((), hook, "list")
 
     def step_ms(cuts: tuple[int, ...]) -> float:
         return simulate(_buckets_at(groups, cuts), candidate, network, world_size, inputs).step_ms
 
-    best = min((_refined_cuts(seed, len(groups), step_ms) for seed in sorted(seeds)), key=lambda r: r[1])[0]
-    limits = [bucket.grad_bytes for bucket in _buckets_at(groups, best)]
-    return Candidate(tuple(limits), hook, "list")
+    trials_left, results = LOCAL_SEARCH_TRIALS, []
+    for seed in sorted(seeds):
+        cuts, ms, used = _refined_cuts(seed, len(groups), step_ms, max(1, trials_left))
+        results.append((ms, cuts))
+        trials_left -= used
+    best = min(results)[1]
+    listed = Candidate(tuple(bucket.grad_bytes for bucket in _buckets_at(groups, best)), hook, "list")
+    fastest = min([listed, *settings], key=lambda c: predict_candidate(c, network, world_size, inputs).step_ms)
+    return fastest if fastest is listed else Candidate(fastest.limits_bytes, hook, "list")
 
 
 def _buckets_at(groups: list[list[ParamReady]], cuts: tuple[int, ...]) -> list[ModelBucket]:
@@ -376,13 +391,11 @@ def _cuts_of(groups: list[list[ParamReady]], buckets: list[ModelBucket]) -> tupl
 
 
 def _refined_cuts(
-    cuts: tuple[int, ...],
-    count: int,
-    step_ms: Callable[[tuple[int, ...]], float],
-    most_trials: int = LOCAL_SEARCH_TRIALS,
-) -> tuple[tuple[int, ...], float]:
-    """Local search from `cuts`: take the first move (a split point moved by one, removed, or added) that makes
-    `step_ms` shorter, until none does or `most_trials` predictions have been made."""
+    cuts: tuple[int, ...], count: int, step_ms: Callable[[tuple[int, ...]], float], most_trials: int
+) -> tuple[tuple[int, ...], float, int]:
+    """Local search from `cuts`: take the first move (a split point moved by one group, removed, or added) that
+    makes `step_ms` shorter, until none does or `most_trials` predictions have been made. Returns the split, its
+    step and the predictions made."""
     best, best_ms, trials = cuts, step_ms(cuts), 1
     improved = True
     while improved and trials < most_trials:
@@ -395,7 +408,7 @@ def _refined_cuts(
                 break
             if trials >= most_trials:
                 break
-    return best, best_ms
+    return best, best_ms, trials
 
 
 def _moves(cuts: tuple[int, ...], count: int) -> Iterator[tuple[int, ...]]:
