@@ -333,23 +333,12 @@ def test_best_list_is_the_best_split_of_small_random_cases():
     import itertools
     import random
 
+    from bench.list_search import random_case
+
     rng = random.Random(0)
     for _ in range(60):
         count = rng.randint(4, 8)
-        ready = sorted((rng.uniform(0, 40) for _ in range(count)), reverse=True)
-        params = tuple(ParamReady(i, f"p{i}", rng.choice([1, 10, 100, 1000]) * 1000, 4, ready[i]) for i in range(count))
-        inputs = StepInputs(
-            BackwardTimeline(params, 5.0, 40.0, 3, "test"),
-            compute_only_ms=50.0,
-            other_ms=1.0,
-            kappa=rng.choice([0.0, 0.3, 1.0]),
-            collectives_at_once=rng.choice([1, 2, 3]),
-            hook_host_ms=rng.choice([0.0, 0.5]),
-        )
-        hook = rng.choice(["allreduce", "fp16"])
-        if hook == "fp16":
-            inputs.codec["fp16"] = CodecCost(0.2, 2e-6, "test")
-        network = Network(rng.choice([0.0, 500.0, 3000.0]), rng.choice([0.1, 1.0, 10.0]), 2)
+        inputs, hook, network = random_case(rng, count)
         order = inputs.timeline.ready_order()
         every_split = []
         for cuts in itertools.chain.from_iterable(itertools.combinations(range(1, count), r) for r in range(count)):
