@@ -354,8 +354,9 @@ def best_list(
     order = inputs.timeline.ready_order()
     groups = _coarsen(order, MAX_LIST_GROUPS)
     settings = [default_candidate(hook), *(cap_candidate(c, hook) for c in caps_mb)]
+    built = {setting: assign_buckets(order, setting.limits_bytes) for setting in settings}  # seeds, then rivals
     seeds = {tuple(_planned_cuts(groups, hook, network, world_size, inputs))}
-    seeds |= {_cuts_of(groups, assign_buckets(order, s.limits_bytes)) for s in settings}
+    seeds |= {_cuts_of(groups, buckets) for buckets in built.values()}
     candidate = Candidate((), hook, "list")
 
     def step_ms(cuts: tuple[int, ...]) -> float:
@@ -368,8 +369,13 @@ def best_list(
         trials_left -= used
     best = min(results)[1]
     listed = Candidate(tuple(bucket.grad_bytes for bucket in _buckets_at(groups, best)), hook, "list")
-    fastest = min([listed, *settings], key=lambda c: predict_candidate(c, network, world_size, inputs).step_ms)
-    return fastest if fastest is listed else Candidate(fastest.limits_bytes, hook, "list")
+    rivals = {
+        setting: simulate(buckets, setting, network, world_size, inputs).step_ms for setting, buckets in built.items()
+    }
+    fastest = min(rivals, key=rivals.__getitem__)
+    if rivals[fastest] < predict_candidate(listed, network, world_size, inputs).step_ms:
+        return Candidate(fastest.limits_bytes, hook, "list")
+    return listed
 
 
 def _buckets_at(groups: list[list[ParamReady]], cuts: tuple[int, ...]) -> list[ModelBucket]:
@@ -434,8 +440,8 @@ def _planned_cuts(
     communication that ran under backward (κ per ms). The program keeps, for each prefix, the splits that no
     other split beats on both (a Pareto front, at most PARETO_POINTS of them), and extends each by one more
     bucket. It takes backward's end before any cast or host work, adds h to a split's cost without delaying
-    the launches after it, and chains collectives one at a time (L = 1) where gloo runs two: a review's random
-    8-parameter cases at L = 2 found its split up to 19 % slower, by `simulate`, than the best, which is why
+    the launches after it, and chains collectives one at a time (L = 1) where gloo runs two: on random small
+    cases its split was up to 3.9 % slower, by `simulate`, than the best (bench/list_search.py), which is why
     `best_list` refines it with the whole model.
     """
     codec = inputs.codec.get(hook)
