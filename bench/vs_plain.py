@@ -80,14 +80,31 @@ COLUMNS = {
 }
 
 
-def host_before_run() -> dict[str, float | str]:
+def host_before_run() -> dict[str, float | str | int]:
     """When a run starts and how busy the host is then (its 1-minute load average, all of its users counted): a
-    run that is slow for the host's sake shows up against the load, not only against its neighbours."""
+    run that is slow for the host's sake shows up against the load, not only against its neighbours. Also how
+    many processes of an earlier run are still alive (a rank that outlived its torchrun would slow the runs
+    after it, and only those)."""
     return {
         "started_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "loadavg_1m_before": os.getloadavg()[0],
+        "leftover_processes": len(leftover_runs()),
         "_started": time.monotonic(),
     }
+
+
+def leftover_runs() -> list[int]:
+    """The pids of processes still running train.py or the plain loop (none should be, between runs)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:  # it ended meanwhile, or is not ours to read
+                continue
+            if b"train.py" in cmdline or b"bench.plain_ddp" in cmdline:
+                pids.append(int(entry.name))
+    return pids
 
 
 def torchrun(nproc: int) -> list[str]:
@@ -196,6 +213,8 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
     if loads:
         lines.append(f"# host load (1-minute average) before each run: p50 {percentile(loads, 50):.2f}, "
                      f"from {min(loads):.2f} to {max(loads):.2f}")  # fmt: skip
+    leftovers = sum(run.get("leftover_processes", 0) for row in rows for run in row.values())
+    lines.append(f"# processes of earlier runs still alive when a run started: {leftovers} in all")
     lines.append(
         f"# plain loop: p50 {percentile(plain, 50):.2f} ms/step, from {min(plain):.2f} to {max(plain):.2f} "
         f"across the pairs ((max − min) / p50 = {spread:.1f} %: differences below that are noise)"
