@@ -70,6 +70,8 @@ VARIANTS: dict[str, list[str]] = {
 # Variants of the hand-written loop itself (each a bench.plain_ddp argument list).
 PLAIN_VARIANTS: dict[str, list[str]] = {"plain_torch_hook": ["--comm-hook", "allreduce"]}
 KNOWN_VARIANTS = {**VARIANTS, **PLAIN_VARIANTS}  # what --variants may name
+# A pair's JSON line holds a result per run, under its variant's name, beside these.
+RECORD_KEYS = {"plain", "pair", "order", "plain_over", "variants"}
 # Per run: what its result holds, and the table's column for it.
 COLUMNS = {
     "ms_per_step": "ms/step",
@@ -181,7 +183,7 @@ def pick_variants(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         variants[name] = KNOWN_VARIANTS[name]
     for spec in args.variant:
         name, _, extra = spec.partition("=")
-        if not name or name in variants or name == "plain":
+        if not name or name in variants or name in RECORD_KEYS:
             parser.error(f'--variant {spec!r}: give NAME="ARGS" with a NAME not used yet')
         variants[name] = shlex.split(extra)
     return variants
@@ -225,6 +227,31 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
     return "\n".join(lines)
 
 
+def report_of_files(paths: list[Path], parser: argparse.ArgumentParser) -> str:
+    """The table of every pair in these --out files, in the order written: pairs of several calls pooled. Only
+    the variants every pair ran are tabled."""
+    rows, variants = [], {}
+    for path in paths:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as error:
+            parser.error(f"--report: cannot read {path}: {error.strerror}")
+        for number, line in enumerate(lines, 1):
+            try:
+                record = json.loads(line)
+                names = [name for name in record["order"] if name != "plain"]
+                rows.append({name: record[name] for name in record["order"]})
+            except (ValueError, KeyError, TypeError):
+                parser.error(f"--report: {path}:{number} is not a pair that bench.vs_plain wrote")
+            recorded = record.get("variants", {})
+            for name in names:
+                variants.setdefault(name, recorded.get(name, KNOWN_VARIANTS.get(name, ["(arguments not recorded)"])))
+    if not rows:
+        parser.error("--report: no pairs in " + ", ".join(map(str, paths)))
+    common = {name: extra for name, extra in variants.items() if all(name in row for row in rows)}
+    return report(rows, common)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet50")
@@ -239,7 +266,12 @@ def main() -> None:
                         help="also run train.py with these extra arguments in every pair")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600, help="seconds allowed for one run")
     parser.add_argument("--out", help="append one JSON line per pair here, as each pair completes")
+    parser.add_argument("--report", nargs="+", metavar="JSONL",
+                        help="run nothing: print the table of the pairs in these --out files, pooled")  # fmt: skip
     args = parser.parse_args()
+    if args.report:
+        print(report_of_files([Path(name) for name in args.report], parser), flush=True)
+        return
     if not 0 <= args.window_start < args.steps - 1:
         parser.error("--window-start must be at least 0 and below --steps - 1")
     variants = pick_variants(args, parser)
@@ -261,7 +293,7 @@ def main() -> None:
                 row[name].update(host, process_s=time.monotonic() - host.pop("_started"))
             rows.append(row)
             ratios = {name: row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for name in variants}
-            record = {"pair": pair, "order": order, **row, "plain_over": ratios}
+            record = {"pair": pair, "order": order, **row, "plain_over": ratios, "variants": variants}
             print(json.dumps(record), flush=True)
             if args.out:
                 with open(args.out, "a") as out:
