@@ -5,6 +5,7 @@
     python -m bench.vs_plain --pairs 4 --variants all                       # train.py, then one change at a time
     python -m bench.vs_plain --pairs 4 --variants no_hook,lean --variant mine="--bucket-cap-mb 5"
     python -m bench.vs_plain --pairs 8 --variants plain_torch_hook,lightning_alone    # where the gap comes from
+    python -m bench.vs_plain --report call1/pairs.jsonl call2/pairs.jsonl   # the pairs of several calls, pooled
 
 Each pair runs bench.plain_ddp, train.py as shipped, and every variant (train.py with other arguments), each
 under `torchrun --standalone --nproc-per-node N`, in an order that rotates from pair to pair so that a host
@@ -54,7 +55,8 @@ VARIANTS: dict[str, list[str]] = {
     "no_progress_bar": ["--no-progress-bar"],
     "log_every_50": ["--log-every", "50"],
     "no_hook": ["--comm-hook", "none"],  # also no calibration: it needs the hook to skip communication
-    "lightning_alone": ["--harness", "off"],
+    "lightning_alone": ["--harness", "off"],  # with Lightning's own progress bar, as a Lightning user has it
+    "lightning_no_bar": ["--harness", "off", "--no-progress-bar"],  # Lightning's loop and nothing else
     "no_calibration": ["--calibration-steps", "0"],
     # The harness's per-step work on the training loop's thread, between steps (the default on the CPU), or on its
     # own thread during backward (the default on the GPU): the A/B of harness/train/step_worker.py either way.
