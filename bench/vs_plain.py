@@ -245,9 +245,10 @@ def report_of_files(paths: list[Path], parser: argparse.ArgumentParser) -> str:
                 rows.append({name: record[name] for name in record["order"]})
             except (ValueError, KeyError, TypeError):
                 parser.error(f"--report: {path}:{number} is not a pair that bench.vs_plain wrote")
-            recorded = record.get("variants", {})
+            # Lines written before the arguments were recorded: the ready-made variants' own, train.py as shipped.
+            recorded = {"train.py": [], **KNOWN_VARIANTS, **record.get("variants", {})}
             for name in names:
-                variants.setdefault(name, recorded.get(name, KNOWN_VARIANTS.get(name, ["(arguments not recorded)"])))
+                variants.setdefault(name, recorded.get(name, ["(arguments not recorded)"]))
     if not rows:
         parser.error("--report: no pairs in " + ", ".join(map(str, paths)))
     common = {name: extra for name, extra in variants.items() if all(name in row for row in rows)}

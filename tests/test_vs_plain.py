@@ -10,15 +10,16 @@ import sys
 from tests.train_runs import REPO
 
 
-def pair(number: int, plain_ms: float, train_ms: float, noop_ms: float | None = None) -> str:
-    """One JSON line as bench.vs_plain writes it (the fields its table reads)."""
+def pair(number: int, plain_ms: float, train_ms: float, noop_ms: float | None = None, old: bool = False) -> str:
+    """One JSON line as bench.vs_plain writes it (the fields its table reads); `old`: as it wrote them before each
+    line recorded its variants' arguments."""
     runs = {"plain": {"ms_per_step": plain_ms, "main_thread_cpu_ms_per_step": plain_ms / 2}}
     runs["train.py"] = {"ms_per_step": train_ms, "main_thread_cpu_ms_per_step": train_ms / 2}
     variants = {"train.py": []}
     if noop_ms is not None:
         runs["noop"] = {"ms_per_step": noop_ms, "main_thread_cpu_ms_per_step": noop_ms / 2}
         variants["noop"] = ["--comm-hook", "noop"]
-    record = {"pair": number, "order": list(runs), **runs, "variants": variants}
+    record = {"pair": number, "order": list(runs), **runs, **({} if old else {"variants": variants})}
     return json.dumps(record) + "\n"
 
 
@@ -30,8 +31,8 @@ def report(*paths) -> subprocess.CompletedProcess:
 def test_report_pools_the_calls_and_tables_only_the_variants_every_pair_ran(tmp_path):
     first, second = tmp_path / "call1.jsonl", tmp_path / "call2.jsonl"
     first.write_text(pair(0, 30.0, 40.0, noop_ms=35.0) + pair(1, 30.0, 30.0, noop_ms=35.0))
-    second.write_text(pair(0, 33.0, 33.0))  # a call without the noop variant
-    proc = report(first, second)
+    second.write_text(pair(0, 33.0, 33.0, old=True))  # a call without the noop variant, by the older bench
+    proc = report(second, first)  # the older line first: its variants come from what the bench knows
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("# 3 pairs")
@@ -39,6 +40,7 @@ def test_report_pools_the_calls_and_tables_only_the_variants_every_pair_ran(tmp_
     assert row.split()[1] == "1.000"  # ratios 0.75, 1, 1: the median is 1
     assert not any(line.startswith("noop") for line in lines)  # the second call did not run it
     assert "(max − min) / p50 = 10.0 %" in proc.stdout  # the plain loop's 30, 30, 33 ms
+    assert lines[-1] == "# train.py: train.py as shipped"
 
 
 def test_report_refuses_a_file_it_did_not_write_in_one_line(tmp_path):
