@@ -20,6 +20,9 @@ of its setting's other repeats: the error a perfect model, predicting from one r
 turn (measured interleaved with the settings it predicts, so the machine's drift between an early base run and
 the grid is not charged to the model), and the errors are pooled over the bases.
 
+`--pool REPORT...` runs nothing: it pools the step errors of earlier report.md files, the base setting's rows
+left out, into the median and worst that `harness.analysis.advice.VALIDATED_ERROR` quotes.
+
 Measured figures, with their dates and machine: docs/BENCHMARKS.md, "Issue 13: validation".
 """
 
@@ -130,6 +133,47 @@ def row_key(row: dict[str, Any]) -> tuple[Any, str]:
 
 def grid_candidates(caps: list[float], hooks: list[str]) -> list[Candidate]:
     return [default_candidate(h) for h in hooks] + [cap_candidate(c, h) for c in caps for h in hooks]
+
+
+def pooled_errors(report: str) -> list[float]:
+    """Every |error| in a report.md's grid tables (those headed "| setting | predicted ms | ..." with an "error"
+    column), as fractions, less the base setting's rows: DDP's default cap with allreduce is anchored to the base
+    run, so its error is the base run's noise, not the model's."""
+    anchored = f"{default_candidate('allreduce').label}, allreduce"
+    errors, column = [], None
+    for line in report.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not line.startswith("|"):
+            column = None
+        elif cells[:2] == ["setting", "predicted ms"] and "error" in cells:
+            column = cells.index("error")
+        elif column is not None and cells[0] != anchored and len(cells) > column and cells[column].endswith(" %"):
+            errors.append(abs(float(cells[column].removesuffix(" %"))) / 100)
+    return errors
+
+
+def pool_reports(paths: list[Path], parser: argparse.ArgumentParser) -> str:
+    """Per report and over all of them: how many predictions, their median and worst |error| (what
+    harness.analysis.advice.VALIDATED_ERROR quotes)."""
+    lines, pooled = [], []
+    for path in paths:
+        try:
+            errors = pooled_errors(path.read_text())
+        except OSError as error:
+            parser.error(f"--pool: cannot read {path}: {error.strerror}")
+        if not errors:
+            parser.error(f"--pool: {path} holds no grid table that bench.advisor_validation wrote")
+        pooled += errors
+        lines.append(f"{path}: {spread_of(errors)}")
+    lines.append(f"all {len(paths)} reports: {spread_of(pooled)}")
+    return "\n".join(lines)
+
+
+def spread_of(errors: list[float]) -> str:
+    return (
+        f"{len(errors)} predictions, median |error| {100 * statistics.median(errors):.1f} %, "
+        f"worst {100 * max(errors):.1f} %"
+    )
 
 
 def run_grid(args: argparse.Namespace, out: Path, candidates: list[Candidate]) -> Path:
@@ -349,7 +393,12 @@ def main() -> None:
     )
     parser.add_argument("--run-timeout", type=float, default=600.0, help="seconds a two-host run may take")
     parser.add_argument("--out", default="bench-out/advisor")
+    parser.add_argument("--pool", nargs="+", metavar="REPORT",
+                        help="run nothing: pool these report.md files' errors (advice.VALIDATED_ERROR)")  # fmt: skip
     args = parser.parse_args()
+    if args.pool:
+        print(pool_reports([Path(name) for name in args.pool], parser))
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sweep = run_sweep(args, out) if args.sweep else None

@@ -1,12 +1,44 @@
-"""bench.advisor_validation's noise floor: how far one run lies from its setting's other repeats, worked by hand."""
+"""bench.advisor_validation's noise floor (how far one run lies from its setting's other repeats) worked by hand, and
+--pool, which reads the errors back from the report.md files it wrote."""
 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 
-from bench.advisor_validation import noise_floor
+from bench.advisor_validation import noise_floor, pooled_errors
+from tests.train_runs import REPO
+
+# A report as bench.advisor_validation writes it: a grid table per base run (the older head said "median of 3"),
+# then a world-size table, whose errors are not the grid's.
+REPORT = """### resnet50, 4 ranks, loopback, each default-cap allreduce run of the grid as the base
+
+#### base run grid/resnet50-bucketdefault-allreduce/1
+
+| setting | predicted ms | measured ms (median) | runs | error | predicted exposed ms | measured exposed ms (runs) |
+|---|---:|---:|---|---:|---:|---|
+| default (1, then 25 MiB), allreduce | 1499.8 | 1662.8 | 1666.1, 1659.4 | -9.8 % | 164.2 | 272.3, 253.0 |
+| default (1, then 25 MiB), fp16 | 1525.4 | 1598.1 | 1598.1, 1616.0 | -4.5 % | 189.8 | 328.0, 291.8 |
+| 1 MiB, fp16 | 1507.3 | 1723.8 | 1743.0, 1723.8 | -12.6 % | 171.7 | 369.8, 378.6 |
+
+- median |error| 8.6 %, worst 12.6 % over the 2 settings besides the base's
+
+OLDER_HEAD
+|---|---:|---:|---|---:|---:|---|
+| 100 MiB, allreduce | 1583.6 | 1504.4 | 1504.4, 1536.5 | +5.3 % | 248.0 | 167.8, 173.4 |
+| 1 MiB, allreduce | 1607.4 | no run | | |
+
+| world size | predicted ms | measured ms | runs | error |
+|---:|---:|---:|---|---:|
+| 3 | 783.0 | 1186.9 | 1193.0, 1180.7 | -34.0 % |
+""".replace(
+    "OLDER_HEAD",
+    "| setting | predicted ms | measured ms (median of 3) | runs | error | predicted exposed ms "
+    "| measured exposed ms (runs) |",
+)
 
 
 def test_noise_floor_is_each_run_against_the_median_of_the_others():
@@ -21,3 +53,26 @@ def test_noise_floor_is_each_run_against_the_median_of_the_others():
 def test_no_repeats_leave_the_floor_unknown():
     median, worst, runs = noise_floor({"a": [10.0], "b": [20.0]})
     assert runs == 0 and math.isnan(median) and math.isnan(worst)
+
+
+def test_pool_reads_every_grid_error_but_the_anchored_base_setting_and_the_world_sizes():
+    assert pooled_errors(REPORT) == pytest.approx([0.045, 0.126, 0.053])
+
+
+def test_pool_prints_each_report_and_all_of_them_and_refuses_a_file_without_a_grid(tmp_path):
+    first, second = tmp_path / "a.md", tmp_path / "b.md"
+    first.write_text(REPORT)
+    second.write_text(REPORT.replace("-12.6 %", "+20.0 %"))
+    cmd = [sys.executable, "-m", "bench.advisor_validation", "--pool"]
+    proc = subprocess.run([*cmd, str(first), str(second)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"{first}: 3 predictions, median |error| 5.3 %, worst 12.6 %",
+        f"{second}: 3 predictions, median |error| 5.3 %, worst 20.0 %",
+        "all 2 reports: 6 predictions, median |error| 5.3 %, worst 20.0 %",
+    ]
+    stray = tmp_path / "notes.md"
+    stray.write_text("# nothing measured here\n")
+    refused = subprocess.run([*cmd, str(stray)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().endswith(f"--pool: {stray} holds no grid table that bench.advisor_validation wrote")
