@@ -169,11 +169,13 @@ def pool_reports(paths: list[Path], parser: argparse.ArgumentParser) -> str:
     return "\n".join(lines)
 
 
+def median_and_worst(median: float, worst: float) -> str:
+    """How every line of the report states a spread of |error| (fractions)."""
+    return f"median |error| {100 * median:.1f} %, worst {100 * worst:.1f} %"
+
+
 def spread_of(errors: list[float]) -> str:
-    return (
-        f"{len(errors)} predictions, median |error| {100 * statistics.median(errors):.1f} %, "
-        f"worst {100 * max(errors):.1f} %"
-    )
+    return f"{len(errors)} predictions, {median_and_worst(statistics.median(errors), max(errors))}"
 
 
 def run_grid(args: argparse.Namespace, out: Path, candidates: list[Candidate]) -> Path:
@@ -269,8 +271,7 @@ def grid_verdict(
     within = bool(rec_runs) and (rec_key == best_key or min(rec_runs) <= max(best_runs))
     compute = [c for values in measured_totals(logdir, "compute_only_ms").values() for c in values]
     spread = (
-        f"median |error| {100 * statistics.median(errors):.1f} %, worst {100 * max(errors):.1f} % over the "
-        f"{len(errors)} settings besides the base's"
+        f"{median_and_worst(statistics.median(errors), max(errors))} over the {len(errors)} settings besides the base's"
         if errors
         else "no setting besides the base's was measured"
     )
@@ -297,8 +298,7 @@ def floor_line(logdir: Path) -> str:
         return "- noise floor: unknown, no setting ran twice"
     return (
         f"- noise floor: one run's step against the median of its setting's other repeats, over {runs} runs: "
-        f"median |error| {100 * median:.1f} %, worst {100 * worst:.1f} % (what a perfect model, predicting from "
-        "one run, would still show here)"
+        f"{median_and_worst(median, worst)} (what a perfect model, predicting from one run, would still show here)"
     )
 
 
@@ -330,8 +330,7 @@ def validate_grid_bases(
         pooled += verdict.errors
         within += verdict.within
     spread = (
-        f"median |error| {100 * statistics.median(pooled):.1f} %, worst {100 * max(pooled):.1f} % over "
-        f"{len(pooled)} predictions"
+        f"{median_and_worst(statistics.median(pooled), max(pooled))} over {len(pooled)} predictions"
         if pooled
         else "no setting besides the base's was measured"
     )
