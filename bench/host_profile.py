@@ -33,11 +33,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 VARIANTS: dict[str, list[str]] = {"shipped": [], "lightning_alone": ["--harness", "off"]}
-# Frames of harness/ that are entry points or the model's own work, not the harness's per-step cost.
+# The training loops' own files (--loop fabric, --loop trainer): a main-thread sample outside both is start-up or
+# the end of the run.
+TRAINING_LOOPS = ("harness/train/fabric_loop.py", "lightning/pytorch/loops/training_epoch_loop.py")
+# Frames of harness/ that are entry points, the loop or the model's own work, not the harness's per-step cost.
 NOT_HARNESS = ("train.py", "harness/common/cli.py", "harness/train/rank.py", "harness/train/trainer.py",
-               "harness/train/module.py", "harness/common/local_launch.py", "models/")  # fmt: skip
+               "harness/train/module.py", "harness/common/local_launch.py", "models/", TRAINING_LOOPS[0])  # fmt: skip
 WRITER = "tensorboard/summary/writer/"
-TRAINING_LOOP = "lightning/pytorch/loops/training_epoch_loop.py"
 
 
 def frame_file(frame: str) -> str:
@@ -67,7 +69,7 @@ def attribute(raw: Path, rate: int, steps: int) -> dict:
             continue
         frames = stack.split(";")
         thread = "main" if frames[0].split(":")[0] in main_ids else "other threads"
-        if thread == "main" and not any(TRAINING_LOOP in f for f in frames):
+        if thread == "main" and not any(loop in f for f in frames for loop in TRAINING_LOOPS):
             continue  # start-up and the end of the run
         entry = threads.setdefault(thread, {"samples": 0, "harness": 0, "owners": collections.Counter()})
         entry["samples"] += int(count)

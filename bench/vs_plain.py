@@ -5,6 +5,7 @@
     python -m bench.vs_plain --pairs 4 --variants all                       # train.py, then one change at a time
     python -m bench.vs_plain --pairs 4 --variants no_hook,lean --variant mine="--bucket-cap-mb 5"
     python -m bench.vs_plain --pairs 8 --variants plain_torch_hook,lightning_alone    # where the gap comes from
+    python -m bench.vs_plain --pairs 4 --variants fabric_alone,lightning_no_bar,trainer_loop  # the two loops
     python -m bench.vs_plain --report call1/pairs.jsonl call2/pairs.jsonl   # the pairs of several calls, pooled
 
 Each pair runs bench.plain_ddp, train.py as shipped, and every variant (train.py with other arguments), each
@@ -55,8 +56,13 @@ VARIANTS: dict[str, list[str]] = {
     "no_progress_bar": ["--no-progress-bar"],
     "log_every_50": ["--log-every", "50"],
     "no_hook": ["--comm-hook", "none"],  # also no calibration: it needs the hook to skip communication
-    "lightning_alone": ["--harness", "off"],  # with Lightning's own progress bar, as a Lightning user has it
-    "lightning_no_bar": ["--harness", "off", "--no-progress-bar"],  # Lightning's loop and nothing else
+    # Lightning's Trainer with nothing of the harness, with its own progress bar as a Trainer user has it, or without.
+    "lightning_alone": ["--loop", "trainer", "--harness", "off"],
+    "lightning_no_bar": ["--loop", "trainer", "--harness", "off", "--no-progress-bar"],
+    # Lightning Fabric's loop (train.py's default) with nothing of the harness and no bar: the loop alone.
+    "fabric_alone": ["--loop", "fabric", "--harness", "off", "--no-progress-bar"],
+    # train.py on Lightning's Trainer, as it ran before --loop fabric became the default.
+    "trainer_loop": ["--loop", "trainer"],
     "no_calibration": ["--calibration-steps", "0"],
     # The harness's per-step work on the training loop's thread, between steps (the default on the CPU), or on its
     # own thread during backward (the default on the GPU): the A/B of harness/train/step_worker.py either way.

@@ -1,9 +1,9 @@
 """DDP built by train.py accumulates gradients on the training stream, as plain DDP does (GPU only).
 
-Lightning's own DDPStrategy builds DDP on a side stream, so every parameter's gradient is accumulated there
-(harness.train.ddp_strategy); torch 2.10 and later say so with a warning from the backward pass. The test runs
-a real train.py on the GPU and looks for that warning; the probe builds DDP on a side stream as Lightning does,
-to show the warning is there to be seen on this torch.
+Lightning's own DDPStrategy (the Trainer's and Fabric's) builds DDP on a side stream, so every parameter's gradient
+is accumulated there (harness.train.ddp_strategy); torch 2.10 and later say so with a warning from the backward
+pass. The test runs a real train.py on the GPU, with either loop, and looks for that warning; the probe builds DDP
+on a side stream as Lightning does, to show the warning is there to be seen on this torch.
 """
 
 from __future__ import annotations
@@ -43,11 +43,12 @@ def _side_stream_ddp_warns() -> bool:
         dist.destroy_process_group()
 
 
-def test_train_py_accumulates_gradients_on_the_training_stream(tmp_path):
+@pytest.mark.parametrize("loop", ["fabric", "trainer"])
+def test_train_py_accumulates_gradients_on_the_training_stream(tmp_path, loop):
     if not _side_stream_ddp_warns():
         pytest.skip("this torch does not warn of a stream mismatch (it came in 2.10): nothing to see it by")
     env = {**os.environ, "PYTHONWARNINGS": "always"}
-    args = ["--model", "resnet_tiny", "--devices", "1", "--max-steps", "8", "--batch-size", "8"]
+    args = ["--model", "resnet_tiny", "--devices", "1", "--max-steps", "8", "--batch-size", "8", "--loop", loop]
     run = subprocess.run(
         [sys.executable, "train.py", *args, "--logdir", str(tmp_path), "--no-progress-bar"],
         cwd=REPO,

@@ -108,7 +108,7 @@ def test_no_hook_times_steps_only_and_compare_reads_it(tmp_path):
     no_comm = (tags.COMM, tags.PER_BUCKET, tags.COMM_MS, tags.EXPOSED_MS)
     assert tags.STEP_MS in written and not [tag for tag in written if tag.startswith(no_comm)]
     # The bar is on, without communication figures.
-    assert "it/s" in proc.stdout and "comm_ms=" not in proc.stdout
+    assert "step/s" in proc.stdout and "step_ms=" in proc.stdout and "comm_ms=" not in proc.stdout
     compare = subprocess.run(
         [sys.executable, "-m", "harness.compare", str(logdir)], cwd=REPO, capture_output=True, text=True, timeout=60
     )

@@ -28,8 +28,12 @@ ACCELERATORS = ("auto", "cpu", "gpu")
 # only, mapped here before any hook is built: the hooks themselves are HOOK_NAMES.
 NO_HOOK = "none"
 COMM_HOOKS = (*HOOK_NAMES, NO_HOOK)
-# --harness off: Lightning alone, the same Trainer, model and data without the timing callback.
+# --harness off: Lightning alone, the same loop, model and data without the timing callback.
 HARNESS_MODES = ("on", "off")
+# --loop: what drives the training steps. Lightning Fabric with the harness's dozen-line loop, or Lightning's
+# Trainer, whose own loop costs a host-bound step several % (harness/train/fabric_loop.py). Either way DDP,
+# precision and the process group are Lightning's, and the same callbacks time the steps.
+LOOPS = ("fabric", "trainer")
 # torchvision's ImageFolder reads these (its IMG_EXTENSIONS), from DIR/<class>/..., never from DIR itself.
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 MAX_SEED = 2**62  # seed + rank must fit torch's 64-bit seed
@@ -83,7 +87,9 @@ class TrainConfig:
     gather_every: int = 50
     """Gather every rank's times every this many steps, to log the skew across ranks; 0: never."""
     harness: str = "on"
-    """"off": Lightning alone (the same Trainer, model and data; no timing callback, hook, events or summary)."""
+    """"off": Lightning alone (the same loop, model and data; no timing callback, hook, events or summary)."""
+    loop: str = "fabric"
+    """What drives the training steps (LOOPS): Lightning Fabric and the harness's own loop, or Lightning's Trainer."""
     log_every: int = 1
     """Rank 0 writes the per-step scalars of every this many steps only; summary.json still uses every step."""
     progress_bar: bool = True
@@ -103,6 +109,7 @@ class TrainConfig:
         get_model_spec(self.model)  # raises a UsageError listing the names
         _check_choice("--precision", self.precision, PRECISIONS, allow_none=True)
         _check_choice("--accelerator", self.accelerator, ACCELERATORS)
+        _check_choice("--loop", self.loop, LOOPS)
         _check_choice("--comm-hook", self.comm_hook, COMM_HOOKS)
         _check_choice("--harness", self.harness, HARNESS_MODES)
         for flag, value in (
@@ -476,8 +483,14 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--harness",
         default=_default("harness"),
-        help="on, or off: Lightning alone (the same Trainer, model and data without the timing callback, its "
+        help="on, or off: Lightning alone (the same loop, model and data without the timing callback, its "
         "hook, events and summary.json); prints the step count and the time per step only",
+    )
+    add(
+        "--loop",
+        default=_default("loop"),
+        help="what drives the training steps: fabric (Lightning Fabric and a plain step loop, the cheaper on a "
+        "host-bound step) or trainer (Lightning's Trainer); the same DDP, hook and measurements either way",
     )
     add(
         "--window-start",

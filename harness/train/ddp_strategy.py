@@ -1,4 +1,5 @@
-"""Lightning's DDP strategy, with DistributedDataParallel built on the current CUDA stream, as plain DDP is.
+"""Lightning's DDP strategies (the Trainer's and Fabric's), with DistributedDataParallel built on the current CUDA
+stream, as plain DDP is.
 
 Lightning (2.6 and earlier) builds DDP inside `torch.cuda.stream(torch.cuda.Stream())`, for whole-network CUDA
 graph capture, which train.py never does. DDP creates every parameter's AccumulateGrad node in its
@@ -12,13 +13,26 @@ to communication. Lightning-AI/pytorch-lightning#21746 makes the same change ups
 
 from __future__ import annotations
 
+from lightning.fabric.strategies import DDPStrategy as FabricDDPStrategy
 from lightning.pytorch.strategies import DDPStrategy
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 
 class SameStreamDDPStrategy(DDPStrategy):
-    """DDPStrategy whose DistributedDataParallel is constructed on the stream the training steps run on."""
+    """The Trainer's DDPStrategy, with DistributedDataParallel constructed on the stream the training steps run on."""
 
     def _setup_model(self, model: nn.Module) -> DistributedDataParallel:
         return DistributedDataParallel(module=model, device_ids=self.determine_ddp_device_ids(), **self._ddp_kwargs)
+
+
+class SameStreamFabricDDPStrategy(FabricDDPStrategy):
+    """Fabric's DDPStrategy, with DistributedDataParallel constructed on the current stream. It keeps the DDP it
+    built as `model`, where the Trainer's strategy keeps it, so the harness's callbacks find it in either loop."""
+
+    model: DistributedDataParallel | None = None
+
+    def setup_module(self, module: nn.Module) -> DistributedDataParallel:
+        device_ids = self._determine_ddp_device_ids()
+        self.model = DistributedDataParallel(module=module, device_ids=device_ids, **self._ddp_kwargs)
+        return self.model

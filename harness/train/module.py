@@ -44,25 +44,31 @@ class CommBenchModule(pl.LightningModule):
 
     def on_fit_start(self) -> None:
         if self.cfg.data_dir is None:
-            self._synthetic = self._make_synthetic()
+            self.make_synthetic(self.global_rank)
 
-    def _make_synthetic(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def make_synthetic(self, rank: int) -> None:
+        """Make this rank's synthetic batch on the module's device, which every step then trains on."""
         inputs, targets = self.spec.make_batch(
             self.cfg.batch_size,
             self.device,
-            self.cfg.seed + self.global_rank,
+            self.cfg.seed + rank,
             image_size=self.cfg.image_size,
             seq_len=self.cfg.seq_len,
         )
         if self.cfg.channels_last:
             inputs = inputs.contiguous(memory_format=torch.channels_last)
-        return inputs, targets
+        self._synthetic = (inputs, targets)
 
-    def training_step(self, batch: object, batch_idx: int) -> torch.Tensor:
+    def forward(self, batch: object) -> torch.Tensor:
+        """The loss of one batch: the synthetic one if there is one, else `batch` from the data loader. Fabric's
+        loop calls it through DDP; the Trainer calls it from training_step."""
         data = self._synthetic if self._synthetic is not None else batch
         if self.cfg.channels_last and self._synthetic is None:
             data = (data[0].contiguous(memory_format=torch.channels_last), data[1])
         return self.spec.loss(self.model, data)
+
+    def training_step(self, batch: object, batch_idx: int) -> torch.Tensor:
+        return self.forward(batch)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=SGD_LR, momentum=SGD_MOMENTUM)

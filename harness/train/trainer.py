@@ -26,8 +26,9 @@ from harness.common.failures import say
 from harness.train.callback import CommTimingCallback
 from harness.train.config import RUN_VERSION_ENV, TrainConfig, claim_run_version, run_version
 from harness.train.ddp_strategy import SameStreamDDPStrategy
+from harness.train.fabric_loop import FabricLoop
 from harness.train.module import CommBenchModule, make_dataloader
-from harness.train.progress_bar import CommProgressBar
+from harness.train.progress_bar import StepProgressBar
 from harness.train.quiet import silence_third_party_noise
 from harness.train.tb_writer import use_fast_event_checksums
 from models import get_model_spec
@@ -84,9 +85,9 @@ class WindowClock(pl.Callback):
     clocks are read once at each end, in on_train_batch_start before the harness's work of that step (this
     callback comes before the timing callback), with the GPU drained there; nothing is done between.
 
-    With `report` (--harness off), rank 0 prints window_line() at the end of training."""
+    With `report`, the loop's name (--harness off), rank 0 prints window_line() at the end of training."""
 
-    def __init__(self, first: int, max_steps: int, cuda: bool, report: bool = False) -> None:
+    def __init__(self, first: int, max_steps: int, cuda: bool, report: str | None = None) -> None:
         self.first, self.last = first, max_steps - 1
         self.cuda = cuda
         self.report = report
@@ -133,7 +134,8 @@ class WindowClock(pl.Callback):
 
     def window_line(self) -> str:
         """The end line of a --harness off run (bench.vs_plain reads it with WINDOW_LINE)."""
-        head = f"# Lightning alone (--harness off): {self.steps} steps in {self.train_s:.1f} s"
+        loop = f", {LOOP_NAMES[self.report]}" if self.report in LOOP_NAMES else ""
+        head = f"# Lightning alone (--harness off{loop}): {self.steps} steps in {self.train_s:.1f} s"
         window = self.result()
         if window is None:
             return f"{head}; too few steps to time a window from step {self.first} (--window-start)"
@@ -144,6 +146,9 @@ class WindowClock(pl.Callback):
         )
 
 
+# --loop's names, in WindowClock's line.
+LOOP_NAMES = {"fabric": "Fabric's loop", "trainer": "the Trainer's loop"}
+
 # What WindowClock.window_line() says, for bench.vs_plain: first, last, wall, main-thread CPU, process CPU.
 WINDOW_LINE = re.compile(
     r"steps (\d+) to (\d+): ([\d.]+) ms/step, CPU ([\d.]+) ms main thread, ([\d.]+) ms process per step"
@@ -152,9 +157,9 @@ WINDOW_LINE = re.compile(
 
 def build_trainer(
     cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None
-) -> tuple[pl.Trainer, CommBenchModule, CommTimingCallback | None]:
-    """The Trainer, the module and the timing callback (None with --harness off); `extra_callbacks` run before
-    the timing callback."""
+) -> tuple[pl.Trainer | FabricLoop, CommBenchModule, CommTimingCallback | None]:
+    """The training loop (--loop: Fabric's, or Lightning's Trainer; either has `fit(module, loader)`), the module
+    and the timing callback (None with --harness off); `extra_callbacks` run before the timing callback."""
     silence_third_party_noise()
     spec = get_model_spec(cfg.model)
     ddp_kwargs = {
@@ -163,15 +168,9 @@ def build_trainer(
     }
     if cfg.bucket_cap_mb is not None:
         ddp_kwargs["bucket_cap_mb"] = cfg.bucket_cap_mb
-    strategy = SameStreamDDPStrategy(
-        process_group_backend="nccl" if cfg.use_gpu else "gloo",
-        timeout=datetime.timedelta(seconds=cfg.timeout_s),
-        **ddp_kwargs,
-    )
     harness_on = cfg.harness == "on"
-    clock = WindowClock(cfg.window_start, cfg.max_steps, cuda=cfg.use_gpu, report=not harness_on)
-    callbacks = [*(extra_callbacks or []), clock]
-    timing, logger = None, False
+    clock = WindowClock(cfg.window_start, cfg.max_steps, cuda=cfg.use_gpu, report=None if harness_on else cfg.loop)
+    timing, logger = None, None
     if harness_on:
         samples_per_step = (
             spec.samples_per_batch(cfg.batch_size, cfg.seq_len) * cfg.accumulate_grad_batches * cfg.world_size
@@ -190,9 +189,6 @@ def build_trainer(
             clock=clock,
             resolve_thread=cfg.resolve_thread,
         )
-        if cfg.progress_bar:  # before the timing callback: the bar closes before the end-of-run table is printed
-            callbacks.append(CommProgressBar(timing))
-        callbacks.append(timing)
         if not use_fast_event_checksums() and dist_env.detect().rank == 0:
             say(
                 "train.py",
@@ -206,6 +202,20 @@ def build_trainer(
             default_hp_metric=False,
             flush_secs=EVENTS_FLUSH_S,
         )
+    # The harness's bar, before the clock and the timing callback: it closes before their end lines. With
+    # --harness off under the Trainer, Lightning's own bar instead (as a Lightning user has it).
+    # (It does nothing as a step starts, where the clock reads its clocks.)
+    own_bar = cfg.progress_bar and (harness_on or cfg.loop == "fabric")
+    bar = [StepProgressBar(timing)] if own_bar else []
+    callbacks = [*(extra_callbacks or []), *bar, clock, *([timing] if timing is not None else [])]
+    module = CommBenchModule(spec, cfg)
+    if cfg.loop == "fabric":
+        return FabricLoop(cfg, ddp_kwargs, callbacks, logger), module, timing
+    strategy = SameStreamDDPStrategy(
+        process_group_backend="nccl" if cfg.use_gpu else "gloo",
+        timeout=datetime.timedelta(seconds=cfg.timeout_s),
+        **ddp_kwargs,
+    )
     trainer = pl.Trainer(
         accelerator=cfg.accelerator,
         devices=cfg.devices,
@@ -215,9 +225,9 @@ def build_trainer(
         max_steps=cfg.max_steps,
         max_epochs=-1,
         accumulate_grad_batches=cfg.accumulate_grad_batches,
-        logger=logger,
+        logger=logger or False,
         callbacks=callbacks,
-        enable_progress_bar=cfg.progress_bar,  # with --harness off, Lightning's own bar
+        enable_progress_bar=cfg.progress_bar and not own_bar,
         enable_checkpointing=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
@@ -226,7 +236,7 @@ def build_trainer(
         use_distributed_sampler=cfg.data_dir is not None,
     )
     _without_lightning_sigterm(trainer)
-    return trainer, CommBenchModule(spec, cfg), timing
+    return trainer, module, timing
 
 
 def _without_lightning_sigterm(trainer: pl.Trainer) -> None:

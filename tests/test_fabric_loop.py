@@ -1,0 +1,43 @@
+"""train.py's Fabric loop calls the harness's callbacks as Lightning's Trainer does (harness/train/fabric_loop.py).
+
+Lightning's Trainer is the reference: two real runs of 2 gloo ranks under torchrun, one per loop, with gradient
+accumulation, record every hook the harness's callbacks implement (tests/hook_order_probe.py). The sequences must
+be the same, hook by hook, with the same global_step and batch index at each, and the same world.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.train_runs import REPO, train_env
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+ARGS = ["--model", "resnet_tiny", "--image-size", "32", "--batch-size", "2", "--max-steps", "4"]
+ARGS += ["--accumulate-grad-batches", "2", "--calibration-steps", "0", "--no-progress-bar"]
+
+
+def hooks_of(loop: str, tmp_path) -> list[list]:
+    cmd = [*TORCHRUN, str(REPO / "tests" / "hook_order_probe.py"), *ARGS, "--loop", loop]
+    cmd += ["--logdir", str(tmp_path / loop)]
+    env = {**train_env(), "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("HOOKS "))
+    return json.loads(line.removeprefix("HOOKS "))
+
+
+def test_fabric_loop_calls_the_hooks_as_the_trainer_does(tmp_path):
+    fabric, trainer = hooks_of("fabric", tmp_path), hooks_of("trainer", tmp_path)
+    # 4 optimizer steps of 2 micro-batches: 8 batches, each with its start, backward hooks and end.
+    assert [call[0] for call in trainer].count("on_train_batch_start") == 8
+    assert [call[0] for call in trainer].count("on_before_optimizer_step") == 4
+    assert {tuple(call[4:]) for call in trainer} == {(2, 0)}, "rank 0 of a world of 2"
+    # Hook, global_step and batch index alike; whether gradients exist differs only where zero_grad falls (the
+    # Trainer zeroes them between forward and backward, Fabric's loop after the optimizer step): compared apart.
+    assert [call[:3] for call in fabric] == [call[:3] for call in trainer]
+    assert [call[4:] for call in fabric] == [call[4:] for call in trainer]
+    # Every step's optimizer sees gradients in both.
+    for calls in (fabric, trainer):
+        assert all(call[3] for call in calls if call[0] == "on_before_optimizer_step")
