@@ -248,7 +248,7 @@ class CommTimingCallback(pl.Callback):
             self.settings["resolve_thread"] = self.resolve_thread  # summary.json says which way the run went
         if self.resolve_thread:
             self._worker = StepWorker()
-        self.phase = "the first step (Lightning's barrier before training)"
+        self.phase = "the first step (under the Trainer, Lightning's barrier before it)"
 
     def last_measured_step(self, max_steps: int) -> int | None:
         """The last step of a run of `max_steps` that is neither warm-up nor calibration (None if none is)."""

@@ -120,7 +120,7 @@ def run_rank(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None)
     try:
         prepare_process_env(cfg)
         _init_process_group(cfg)
-        phase = "set-up (the model, the Trainer)"
+        phase = "set-up (the model, the training loop)"
         roll = RankRoll()
         trainer, module, timing = build_trainer(cfg, extra_callbacks=[signals, roll, *(extra_callbacks or [])])
         signals.timing = roll.timing = timing

@@ -1,7 +1,9 @@
-"""Builds and runs the Lightning Trainer for a resolved TrainConfig: DDP, TensorBoard, the timing callback.
+"""Builds and runs the training loop for a resolved TrainConfig: DDP, TensorBoard, the timing callback.
 
-With --harness off the Trainer, model and data are the same but nothing of the harness is attached (no timing
-callback, hook, logger, events or summary.json): Lightning alone, against which the harness's cost is measured.
+The loop is Lightning Fabric's (harness/train/fabric_loop.py, the default) or Lightning's Trainer (--loop trainer);
+both call the same callbacks. With --harness off the loop, model and data are the same but nothing of the harness
+is attached (no timing callback, hook, logger, events or summary.json): Lightning alone, against which the
+harness's cost is measured.
 Either way WindowClock reads the wall clock and the CPU clocks at the start of two steps, for the time per step.
 
 One rank's whole life (process group, signals, failures, exit code) is harness.train.rank; train.py starts
