@@ -8,6 +8,7 @@ on a side stream as Lightning does, to show the warning is there to be seen on t
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ STREAM_MISMATCH = "AccumulateGrad node's stream does not match"
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
+@functools.cache  # once per process: torch gives the warning once, so a second probe would see none
 def _side_stream_ddp_warns() -> bool:
     """DDP built inside torch.cuda.stream(side stream), then one backward on the default stream."""
     import torch.distributed as dist

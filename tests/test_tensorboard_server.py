@@ -269,4 +269,4 @@ def test_console_is_quiet_and_the_bar_ends_before_the_table(runs):
             assert noise not in console, (variant, noise)
         assert "phase=warm-up" in console, console[-2000:]
         before, table = console.split("# Gradient communication", 1)
-        assert "it/s" in before and "it/s" not in table, table
+        assert "step/s" in before and "step/s" not in table, table
