@@ -1,5 +1,6 @@
 """Run train.py's training in this torchrun rank with a callback that records every Lightning hook the harness's
-callbacks implement, and print rank 0's record as one JSON line (tests/test_fabric_loop.py).
+callbacks implement, and the gradients' norm at each optimizer step, and print rank 0's record as one JSON line
+(tests/test_fabric_loop.py).
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 tests/hook_order_probe.py TRAIN.PY ARGS...
 """
@@ -11,6 +12,7 @@ import sys
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 import torch.distributed as dist
 
 from harness.train.config import parse_config
@@ -36,6 +38,7 @@ class HookRecorder(pl.Callback):
 
     def __init__(self) -> None:
         self.calls: list[list[Any]] = []
+        self.grad_norms: list[float] = []  # the gradients' norm each optimizer step is given (after the all_reduce)
 
     def _record(self, hook: str, trainer: Any, module: pl.LightningModule, batch_idx: int | None = None) -> None:
         has_grads = any(p.grad is not None for p in module.parameters())
@@ -46,6 +49,9 @@ def _recording(hook: str):
     def method(self: HookRecorder, trainer: Any, module: pl.LightningModule, *args: Any, **kwargs: Any) -> None:
         batch_idx = args[-1] if hook in ("on_train_batch_start", "on_train_batch_end") else None
         self._record(hook, trainer, module, batch_idx)
+        if hook == "on_before_optimizer_step":
+            grads = [p.grad.double().norm() for p in module.parameters() if p.grad is not None]
+            self.grad_norms.append(float(torch.stack(grads).norm()))
 
     return method
 
@@ -59,7 +65,7 @@ def main() -> None:
     recorder = HookRecorder()
     run_training(cfg, extra_callbacks=[recorder])
     if dist.get_rank() == 0:
-        print("HOOKS " + json.dumps(recorder.calls), flush=True)
+        print("HOOKS " + json.dumps({"calls": recorder.calls, "grad_norms": recorder.grad_norms}), flush=True)
 
 
 if __name__ == "__main__":

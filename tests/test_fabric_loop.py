@@ -2,7 +2,8 @@
 
 Lightning's Trainer is the reference: two real runs of 2 gloo ranks under torchrun, one per loop, with gradient
 accumulation, record every hook the harness's callbacks implement (tests/hook_order_probe.py). The sequences must
-be the same, hook by hook, with the same global_step and batch index at each, and the same world.
+be the same, hook by hook, with the same global_step and batch index at each, and the same world; and each
+optimizer step must see the same gradients.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.train_runs import REPO, train_env
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
@@ -18,7 +21,7 @@ ARGS = ["--model", "resnet_tiny", "--image-size", "32", "--batch-size", "2", "--
 ARGS += ["--accumulate-grad-batches", "2", "--calibration-steps", "0", "--no-progress-bar"]
 
 
-def hooks_of(loop: str, tmp_path) -> list[list]:
+def hooks_of(loop: str, tmp_path) -> dict[str, list]:
     cmd = [*TORCHRUN, str(REPO / "tests" / "hook_order_probe.py"), *ARGS, "--loop", loop]
     cmd += ["--logdir", str(tmp_path / loop)]
     env = {**train_env(), "PYTHONPATH": str(REPO)}
@@ -29,7 +32,8 @@ def hooks_of(loop: str, tmp_path) -> list[list]:
 
 
 def test_fabric_loop_calls_the_hooks_as_the_trainer_does(tmp_path):
-    fabric, trainer = hooks_of("fabric", tmp_path), hooks_of("trainer", tmp_path)
+    fabric_run, trainer_run = hooks_of("fabric", tmp_path), hooks_of("trainer", tmp_path)
+    fabric, trainer = fabric_run["calls"], trainer_run["calls"]
     # 4 optimizer steps of 2 micro-batches: 8 batches, each with its start, backward hooks and end.
     assert [call[0] for call in trainer].count("on_train_batch_start") == 8
     assert [call[0] for call in trainer].count("on_before_optimizer_step") == 4
@@ -38,6 +42,9 @@ def test_fabric_loop_calls_the_hooks_as_the_trainer_does(tmp_path):
     # Trainer zeroes them between forward and backward, Fabric's loop after the optimizer step): compared apart.
     assert [call[:3] for call in fabric] == [call[:3] for call in trainer]
     assert [call[4:] for call in fabric] == [call[4:] for call in trainer]
-    # Every step's optimizer sees gradients in both.
+    # Every step's optimizer sees gradients in both, and the same ones: the same weights and data, the micro-batches'
+    # losses averaged as the Trainer averages them (summed, they would be twice the Trainer's here).
     for calls in (fabric, trainer):
         assert all(call[3] for call in calls if call[0] == "on_before_optimizer_step")
+    assert len(fabric_run["grad_norms"]) == len(trainer_run["grad_norms"]) == 4
+    assert fabric_run["grad_norms"] == pytest.approx(trainer_run["grad_norms"], rel=1e-4)

@@ -17,7 +17,8 @@ same callbacks run under either loop:
                on_train_batch_end
     on_train_end; on an exception, on_exception, then it is raised again.
 
-The logger is finalized at the end, "success" or "failed", as the Trainer does.
+The loss of each micro-batch is divided by their number before backward, as the Trainer does, so accumulated
+gradients are the mean. The logger is finalized at the end, "success" or "failed", as the Trainer does.
 """
 
 from __future__ import annotations
@@ -95,8 +96,6 @@ class FabricLoop:
                 with contextlib.suppress(OSError):
                     self.logger.finalize("failed")
             raise
-        if self.logger is not None:
-            self.logger.finalize("success")
 
     def _fit(self, module: CommBenchModule, loader: DataLoader) -> None:
         fabric = self.fabric
@@ -120,6 +119,8 @@ class FabricLoop:
                 last = micro == micro_batches - 1
                 with fabric.no_backward_sync(model, enabled=not last):  # gradient accumulation: all_reduce once
                     loss = model(batch)
+                    if micro_batches > 1:  # the mean over the micro-batches, as the Trainer normalizes the loss
+                        loss = loss / micro_batches
                     self._call("on_before_backward", module, loss)
                     fabric.backward(loss)
                 self._call("on_after_backward", module)
@@ -131,6 +132,8 @@ class FabricLoop:
                 self._call("on_train_batch_end", module, loss, batch, batch_idx)
                 batch_idx += 1
         self._call("on_train_end", module)
+        if self.logger is not None:  # inside the try, as the Trainer's teardown: a failure here is the run's
+            self.logger.finalize("success")
 
 
 def _endless(loader: DataLoader) -> Iterator[Any]:

@@ -12,6 +12,7 @@ not drawn again below the table.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from typing import Any
@@ -70,5 +71,8 @@ class StepProgressBar(pl.Callback):
 
     def _close(self) -> None:
         if self._bar is not None:
-            self._bar.close()
-            self._bar = None
+            bar, self._bar = self._bar, None
+            # Closing draws a last time: on a broken stdout (a closed pipe) that must not replace the error a run
+            # is stopping for, which the timing callback still has to keep.
+            with contextlib.suppress(OSError, ValueError):
+                bar.close()
