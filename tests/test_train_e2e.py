@@ -223,3 +223,14 @@ def test_a_run_too_short_for_the_timeline_steps_keeps_its_compute_only_samples(t
     assert (totals["steps_measured"], totals["calibration_steps"], totals["timeline_steps"]) == (2, 2, 0)
     assert summary["calibration_sample_steps"] == [2, 3] and summary["backward_timeline"] is None
     assert totals["compute_only_ms"] > 0 and isinstance(totals["exposed_ms_p50"], float)  # measured, not null
+
+
+def test_true_half_precision_trains_an_image_model_on_synthetic_images(tmp_path):
+    """bf16-true converts the model's weights to bf16; the synthetic images, made in float32, must follow them
+    (before, the first convolution failed on the dtype mismatch, in either loop)."""
+    args = ["--model", "resnet_tiny", "--image-size", "32", "--batch-size", "2", "--max-steps", "8"]
+    proc = run_train([*args, "--precision", "bf16-true", "--no-progress-bar"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())
+    assert summary["completed"] is True and summary["settings"]["precision"] == "bf16-true"
+    assert summary["totals"]["steps_measured"] > 0

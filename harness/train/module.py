@@ -55,6 +55,8 @@ class CommBenchModule(pl.LightningModule):
             image_size=self.cfg.image_size,
             seq_len=self.cfg.seq_len,
         )
+        if inputs.is_floating_point():  # images in the weights' dtype: bf16-true and 16-true convert the model
+            inputs = inputs.to(next(self.model.parameters()).dtype)
         if self.cfg.channels_last:
             inputs = inputs.contiguous(memory_format=torch.channels_last)
         self._synthetic = (inputs, targets)
