@@ -2,7 +2,7 @@
 callbacks implement, and the gradients' norm at each optimizer step, and print rank 0's record as one JSON line
 (tests/test_fabric_loop.py).
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/hook_order_probe.py TRAIN.PY ARGS...
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/hook_order_probe.py [train.py's options]
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ gradients are the mean. The logger is finalized at the end, "success" or "failed
 from __future__ import annotations
 
 import contextlib
-import datetime
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,15 +45,11 @@ class FabricLoop:
     def __init__(
         self,
         cfg: TrainConfig,
-        ddp_kwargs: dict[str, Any],
+        strategy: SameStreamFabricDDPStrategy,
         callbacks: list[pl.Callback],
         logger: Logger | None,
     ) -> None:
-        self.strategy = SameStreamFabricDDPStrategy(
-            process_group_backend="nccl" if cfg.use_gpu else "gloo",
-            timeout=datetime.timedelta(seconds=cfg.timeout_s),
-            **ddp_kwargs,
-        )
+        self.strategy = strategy  # the callbacks read the DDP module from it, as from the Trainer's strategy
         self.fabric = Fabric(
             accelerator=cfg.accelerator,
             devices=cfg.devices,
@@ -103,9 +98,8 @@ class FabricLoop:
         torch.backends.cudnn.benchmark = self.cfg.use_gpu  # as the Trainer's benchmark=True
         self._call("setup", module, "fit")
         model, optimizer = fabric.setup(module, module.configure_optimizers())
-        if self.cfg.data_dir is None:
-            module.make_synthetic(self.global_rank)
-        else:
+        module.make_synthetic(self.global_rank)
+        if self.cfg.data_dir is not None:
             loader = fabric.setup_dataloaders(loader)  # a distributed sampler, and batches moved to the device
         self._call("on_fit_start", module)
         self._call("on_train_start", module)

@@ -43,11 +43,13 @@ class CommBenchModule(pl.LightningModule):
         self._synthetic: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def on_fit_start(self) -> None:
-        if self.cfg.data_dir is None:
-            self.make_synthetic(self.global_rank)
+        self.make_synthetic(self.global_rank)
 
     def make_synthetic(self, rank: int) -> None:
-        """Make this rank's synthetic batch on the module's device, which every step then trains on."""
+        """Make this rank's synthetic batch on the module's device, which every step then trains on (nothing with
+        --data-dir: the loader's batches are trained on)."""
+        if self.cfg.data_dir is not None:
+            return
         inputs, targets = self.spec.make_batch(
             self.cfg.batch_size,
             self.device,

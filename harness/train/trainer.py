@@ -27,7 +27,7 @@ from harness.common import dist_env
 from harness.common.failures import say
 from harness.train.callback import CommTimingCallback
 from harness.train.config import RUN_VERSION_ENV, TrainConfig, claim_run_version, run_version
-from harness.train.ddp_strategy import SameStreamDDPStrategy
+from harness.train.ddp_strategy import SameStreamDDPStrategy, SameStreamFabricDDPStrategy
 from harness.train.fabric_loop import FabricLoop
 from harness.train.module import CommBenchModule, make_dataloader
 from harness.train.progress_bar import StepProgressBar
@@ -170,6 +170,11 @@ def build_trainer(
     }
     if cfg.bucket_cap_mb is not None:
         ddp_kwargs["bucket_cap_mb"] = cfg.bucket_cap_mb
+    strategy_kwargs = {
+        "process_group_backend": "nccl" if cfg.use_gpu else "gloo",
+        "timeout": datetime.timedelta(seconds=cfg.timeout_s),
+        **ddp_kwargs,
+    }
     harness_on = cfg.harness == "on"
     clock = WindowClock(cfg.window_start, cfg.max_steps, cuda=cfg.use_gpu, report=None if harness_on else cfg.loop)
     timing, logger = None, None
@@ -212,12 +217,8 @@ def build_trainer(
     callbacks = [*(extra_callbacks or []), *bar, clock, *([timing] if timing is not None else [])]
     module = CommBenchModule(spec, cfg)
     if cfg.loop == "fabric":
-        return FabricLoop(cfg, ddp_kwargs, callbacks, logger), module, timing
-    strategy = SameStreamDDPStrategy(
-        process_group_backend="nccl" if cfg.use_gpu else "gloo",
-        timeout=datetime.timedelta(seconds=cfg.timeout_s),
-        **ddp_kwargs,
-    )
+        return FabricLoop(cfg, SameStreamFabricDDPStrategy(**strategy_kwargs), callbacks, logger), module, timing
+    strategy = SameStreamDDPStrategy(**strategy_kwargs)
     trainer = pl.Trainer(
         accelerator=cfg.accelerator,
         devices=cfg.devices,
