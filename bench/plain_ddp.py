@@ -10,7 +10,7 @@ cudnn.benchmark on the GPU. With --comm-hook allreduce, torch's own `allreduce_h
 sum DDP's built-in path runs) replaces DDP's built-in all_reduce: what any Python comm hook costs, the harness's
 timed one included, before it times anything. Rank 0 prints one JSON line: wall ms per step from the start of step
 --window-start to the start of the last step (the device drained at both ends), and the CPU ms per step of
-the main thread and of the whole process over the same window.
+the main thread, of the whole process and of each thread (harness.common.thread_cpu) over the same window.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from harness.common.dist_env import apply_safe_nccl_env
+from harness.common.thread_cpu import per_step_ms, thread_cpu_s
 from models import get_model_spec
 
 # --comm-hook: DDP's built-in all_reduce (C++), or torch's own Python allreduce_hook.
@@ -101,13 +102,15 @@ def timed_run(step: Callable[[], None], steps: int, window_start: int, cuda: boo
             if cuda:
                 torch.cuda.synchronize()
             now = (time.perf_counter(), time.thread_time(), time.process_time())
+            threads = thread_cpu_s()
             if i == window_start:
-                start = now
+                start, start_threads = now, threads
             else:
                 span = last - window_start
                 wall, thread, process = (b - a for a, b in zip(start, now, strict=True))
                 result = {"ms_per_step": wall * 1e3 / span, "main_thread_cpu_ms_per_step": thread * 1e3 / span}
                 result["process_cpu_ms_per_step"] = process * 1e3 / span
+                result["thread_cpu_ms_per_step"] = per_step_ms(start_threads, threads, span)
         step()
     return result
 

@@ -29,8 +29,9 @@ time (process_s, start-up included), so that a slow run can be set against how b
 The ratio of a pair is plain ms / variant ms (1.0: it costs nothing; 0.97: 3% slower). Printed: each pair as a
 JSON line (also appended to --out as it completes, so an interrupted bench keeps what it measured), then a
 table: per variant the median ratio with its p10–p90 over the pairs, the median ms per step and CPU ms per
-step (main thread, process, and the harness's part of the main thread's), and the plain loop's own spread
-across the pairs (the host's noise).
+step (main thread, process, and the harness's part of the main thread's), each thread's CPU ms per step (which
+thread a variant's extra host time is on: the main thread, autograd's, the harness's own, NCCL's watchdog), and the
+plain loop's own spread across the pairs (the host's noise).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.common import thread_cpu
 from harness.common.metrics import percentile
 from harness.common.names import SUMMARY_FILE
 
@@ -147,7 +149,7 @@ def train_ms(args: argparse.Namespace, extra: list[str], logdir: Path, name: str
 def train_window(run_root: Path, stdout: str) -> dict[str, float | list[float]]:
     """The window's ms per step of one train.py run: from its summary.json's "overhead_s", or (--harness off,
     no summary) from its end line."""
-    from harness.train.trainer import WINDOW_LINE
+    from harness.train.trainer import THREADS_HEAD, WINDOW_LINE
 
     summaries = list(run_root.glob(f"*/{SUMMARY_FILE}"))
     if len(summaries) > 1:
@@ -163,6 +165,7 @@ def train_window(run_root: Path, stdout: str) -> dict[str, float | list[float]]:
             "process_cpu_ms_per_step": overhead["process_cpu_ms_per_step"],
             "harness_cpu_ms_per_step": overhead["harness_cpu_ms_per_step"],
             "step_worker_cpu_ms_per_step": overhead.get("step_worker_cpu_ms_per_step", 0.0),
+            "thread_cpu_ms_per_step": overhead.get("thread_cpu_ms_per_step", {}),
         }
         # The run's own exposed-time estimate, so that a --comm-hook noop variant makes each pair an A/B of it.
         if totals.get("exposed_ms_ci95"):
@@ -173,7 +176,15 @@ def train_window(run_root: Path, stdout: str) -> dict[str, float | list[float]]:
     if match is None:
         raise RuntimeError(f"train.py left no summary under {run_root} and printed no window line")
     wall, thread, process = (float(value) for value in match.groups()[2:])
-    return {"ms_per_step": wall, "main_thread_cpu_ms_per_step": thread, "process_cpu_ms_per_step": process}
+    threads = next(
+        (line.removeprefix(THREADS_HEAD) for line in stdout.splitlines() if line.startswith(THREADS_HEAD)), ""
+    )
+    return {
+        "ms_per_step": wall,
+        "main_thread_cpu_ms_per_step": thread,
+        "process_cpu_ms_per_step": process,
+        "thread_cpu_ms_per_step": thread_cpu.parse(threads) if threads else {},
+    }
 
 
 def common_args(args: argparse.Namespace) -> list[str]:
@@ -219,6 +230,7 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
             q = [percentile(ratios, p) for p in (50, 10, 90)]
             ratio = f"{f'{q[0]:.3f} [{q[1]:.3f}, {q[2]:.3f}]':>30}"
         lines.append(f"{name:<18} {ratio} " + " ".join(cells))
+    lines += thread_table(rows, ["plain", *variants])
     loads = [run["loadavg_1m_before"] for row in rows for run in row.values() if "loadavg_1m_before" in run]
     if loads:
         lines.append(f"# host load (1-minute average) before each run: p50 {percentile(loads, 50):.2f}, "
@@ -233,6 +245,31 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
         program = "bench.plain_ddp" if name in PLAIN_VARIANTS else "train.py"
         lines.append(f"# {name}: {program} {shlex.join(extra) or 'as shipped'}")
     return "\n".join(lines)
+
+
+def thread_table(rows: list[dict], names: list[str], columns: int = 6) -> list[str]:
+    """Per variant, each thread's CPU ms per step (median over the pairs; a pair where a thread did not run counts
+    0), for the threads busiest in any variant: which thread a variant's extra host time is on. Nothing where no run
+    kept its threads' CPU (runs written before it was kept, or not on Linux)."""
+    medians: dict[str, dict[str, float]] = {}
+    for name in names:
+        runs = [row[name].get("thread_cpu_ms_per_step") or {} for row in rows]
+        if not any(runs):
+            continue
+        labels = {label for run in runs for label in run}
+        medians[name] = {label: percentile([run.get(label, 0.0) for run in runs], 50) for label in labels}
+    if not medians:
+        return []
+    busiest = sorted(
+        {label for ms in medians.values() for label in ms}, key=lambda k: -max(m.get(k, 0.0) for m in medians.values())
+    )
+    shown = busiest[:columns]
+    lines = ["# CPU ms per step by thread (median over the pairs; 'rest': the other threads together)"]
+    lines.append(f"{'variant':<18} " + " ".join(f"{label[:15]:>15}" for label in [*shown, "rest"]))
+    for name, ms in medians.items():
+        rest = sum(v for label, v in ms.items() if label not in shown)
+        lines.append(f"{name:<18} " + " ".join(f"{ms.get(label, 0.0):>15.2f}" for label in shown) + f" {rest:>15.2f}")
+    return lines
 
 
 def report_of_files(paths: list[Path], parser: argparse.ArgumentParser) -> str:

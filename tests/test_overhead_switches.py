@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from harness.common import tags
+from harness.common import tags, thread_cpu
 from harness.common.names import SUMMARY_FILE
 from harness.train.callback import CommTimingCallback
 from harness.train.stamps import BucketTiming
 from harness.train.step_log import StepLog
 from harness.train.step_stats import StepStats
-from harness.train.trainer import WINDOW_LINE
+from harness.train.trainer import THREADS_HEAD, WINDOW_LINE
 from tests.train_runs import REPO, run_train
 
 STEPS = 12
@@ -60,6 +60,12 @@ def test_log_every_writes_every_nth_step_and_the_summary_counts_all(tmp_path):
     assert 0 < overhead["harness_cpu_ms_per_step"] < overhead["loop_cpu_ms_per_step"]
     assert overhead["loop_cpu_ms_per_step"] <= overhead["process_cpu_ms_per_step"]
     assert overhead["progress_bar_cpu_ms_per_step"] == 0 and overhead["wall_ms_per_step"] > 0
+    # Each thread's CPU, read from /proc: the main thread's agrees with its own clock (time.thread_time), and
+    # together the threads make the process's CPU (time.process_time).
+    threads = overhead["thread_cpu_ms_per_step"]
+    assert threads["main"] == pytest.approx(overhead["loop_cpu_ms_per_step"], rel=0.1, abs=0.5), threads
+    assert sum(threads.values()) == pytest.approx(overhead["process_cpu_ms_per_step"], rel=0.15, abs=1.0), threads
+    assert "# CPU ms per step by thread, same steps: main " in proc.stdout
 
 
 @pytest.mark.slow
@@ -79,6 +85,9 @@ def test_resolve_thread_logs_the_same_steps_as_the_loops_thread(tmp_path):
         assert summary["settings"]["resolve_thread"] is (mode == "--resolve-thread")
         worker_ms = summary["overhead_s"]["step_worker_cpu_ms_per_step"]
         assert (worker_ms > 0) is (mode == "--resolve-thread"), worker_ms
+        # The worker's jobs, timed by the worker itself, are its thread's CPU as /proc has it.
+        threads = summary["overhead_s"]["thread_cpu_ms_per_step"]
+        assert threads.get("harness-step-worker", 0.0) == pytest.approx(worker_ms, rel=0.2, abs=0.2), threads
         assert ("on the harness's own thread during backward" in proc.stdout) is (mode == "--resolve-thread")
         acc = events(logdir)
         written[mode] = {tag: [e.step for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
@@ -128,6 +137,10 @@ def test_harness_off_is_lightning_alone_and_writes_nothing(tmp_path):
     match = WINDOW_LINE.search(line)
     assert match is not None and match.group(1, 2) == ("6", "11"), line
     assert float(match.group(3)) > 0
+    # bench.vs_plain reads each thread's CPU from the line after it; the main thread's is the window line's.
+    threads = next(line for line in proc.stdout.splitlines() if line.startswith(THREADS_HEAD))
+    main_ms = thread_cpu.parse(threads.removeprefix(THREADS_HEAD))["main"]
+    assert main_ms == pytest.approx(float(match.group(4)), rel=0.1, abs=0.5), (threads, line)
     assert "Gradient communication" not in proc.stdout  # no table: no timing callback
     assert not [path for path in logdir.rglob("*")], "a --harness off run writes nothing"
     assert "# run directory" not in proc.stdout, "...so it names no run directory either"

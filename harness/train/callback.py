@@ -655,6 +655,8 @@ class CommTimingCallback(pl.Callback):
             "progress_bar_cpu_ms_per_step": bar_ms,
             # Off the loop's thread, during backward (step_worker.py): not main-thread CPU, and not in harness's.
             "step_worker_cpu_ms_per_step": worker_ms,
+            # Every thread's CPU (the autograd thread runs backward and the comm hook): where a host-bound step goes.
+            "thread_cpu_ms_per_step": window["thread_cpu_ms_per_step"],
         }
 
     def _ddp_crosscheck(self) -> dict[str, Any]:

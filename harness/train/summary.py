@@ -17,6 +17,7 @@ import numpy as np
 from harness.common.metrics import algbw_gbps, busbw_gbps
 from harness.common.names import MB, SUMMARY_FILE, WARMUP_STEPS
 from harness.common.run_info import json_safe, run_info
+from harness.common.thread_cpu import describe
 from harness.train.exposure_estimate import estimate_exposure, reference_ms
 from harness.train.step_stats import RunAggregate
 
@@ -36,7 +37,7 @@ def build_summary(
     calibration_every: int = 0,
     timeline_steps: int = 0,
     last_rank_spread: dict[str, Any] | None = None,
-    overhead_s: dict[str, float] | None = None,
+    overhead_s: dict[str, Any] | None = None,
     bootstrap_draws: int = 1000,
     backward_timeline: dict[str, Any] | None = None,
     codec_probe: dict[str, Any] | None = None,
@@ -296,6 +297,11 @@ def format_table(summary: dict[str, Any]) -> str:
             f"{overhead['process_cpu_ms_per_step']:.2f} ms CPU per step){worker}; a step without hook and logging "
             "cannot run in the same run: bench.vs_plain compares --comm-hook none"
         )
+        if threads := overhead.get("thread_cpu_ms_per_step"):
+            lines.append(
+                f"# CPU ms per step by thread, same steps: {describe(threads)} (wall {overhead['wall_ms_per_step']:.2f}"
+                " ms; on the GPU, main launches forward and the optimizer, pt_autograd_N backward and the comm hook)"
+            )
     if summary["world_size"] == 1:
         lines.append("# world size 1: busbw is 0 by definition (no data crosses a link)")
     return "\n".join(lines)

@@ -25,6 +25,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from harness.common import dist_env
 from harness.common.failures import say
+from harness.common.thread_cpu import describe, per_step_ms, thread_cpu_s
 from harness.train.callback import CommTimingCallback
 from harness.train.config import RUN_VERSION_ENV, TrainConfig, claim_run_version, run_version
 from harness.train.ddp_strategy import SameStreamDDPStrategy, SameStreamFabricDDPStrategy
@@ -95,6 +96,7 @@ class WindowClock(pl.Callback):
         self.report = report
         self._start: tuple[float, float, float] | None = None
         self._end: tuple[float, float, float] | None = None
+        self._threads: list[dict[str, float]] = []  # each thread's CPU s at the window's start and end
         self._train_start = 0.0
         self.train_s = float("nan")
         self.steps = 0
@@ -102,7 +104,9 @@ class WindowClock(pl.Callback):
     def _now(self) -> tuple[float, float, float]:
         if self.cuda:
             torch.cuda.synchronize()
-        return time.perf_counter(), time.thread_time(), time.process_time()
+        now = time.perf_counter(), time.thread_time(), time.process_time()
+        self._threads.append(thread_cpu_s())  # read after the clocks: it takes a /proc read per thread
+        return now
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._train_start = time.perf_counter()
@@ -132,6 +136,7 @@ class WindowClock(pl.Callback):
             "wall_ms_per_step": wall,
             "main_thread_cpu_ms_per_step": thread,
             "process_cpu_ms_per_step": process,
+            "thread_cpu_ms_per_step": per_step_ms(*self._threads, steps),
         }
 
     def window_line(self) -> str:
@@ -145,12 +150,14 @@ class WindowClock(pl.Callback):
             f"{head}; steps {self.first} to {self.last}: {window['wall_ms_per_step']:.3f} ms/step, CPU "
             f"{window['main_thread_cpu_ms_per_step']:.3f} ms main thread, {window['process_cpu_ms_per_step']:.3f} "
             "ms process per step (rank 0); no timing hook, events or summary.json"
-        )
+        ) + (f"\n{THREADS_HEAD}{describe(threads)}" if (threads := window["thread_cpu_ms_per_step"]) else "")
 
 
 # --loop's names, in WindowClock's line.
 LOOP_NAMES = {"fabric": "Fabric's loop", "trainer": "the Trainer's loop"}
 
+# The line of each thread's CPU per step over the window (harness.common.thread_cpu.describe), after the window line.
+THREADS_HEAD = "# CPU ms per step by thread: "
 # What WindowClock.window_line() says, for bench.vs_plain: first, last, wall, main-thread CPU, process CPU.
 WINDOW_LINE = re.compile(
     r"steps (\d+) to (\d+): ([\d.]+) ms/step, CPU ([\d.]+) ms main thread, ([\d.]+) ms process per step"

@@ -1,0 +1,92 @@
+"""Each thread's CPU time from /proc (harness.common.thread_cpu) against the kernel's own per-thread clock, read by
+each thread itself with time.thread_time(): the labels say which thread is which, and the times agree."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import pytest
+
+from harness.common import thread_cpu
+
+pytestmark = pytest.mark.skipif(not thread_cpu.TASKS.is_dir(), reason="per-thread CPU is read from Linux's /proc")
+
+
+def burn(seconds: float) -> None:
+    """Run Python for `seconds` of this thread's own CPU time."""
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
+        sum(range(1000))
+
+
+class Burner(threading.Thread):
+    """Burns `seconds` of CPU between two readings taken while it is alive: it waits before and after."""
+
+    def __init__(self, seconds: float, **kwargs: object) -> None:
+        super().__init__(daemon=True, **kwargs)
+        self.seconds = seconds
+        self.go, self.done, self.exit = threading.Event(), threading.Event(), threading.Event()
+        self.cpu_s = 0.0
+
+    def run(self) -> None:
+        self.go.wait()
+        start = time.thread_time()
+        burn(self.seconds)
+        self.cpu_s = time.thread_time() - start
+        self.done.set()
+        self.exit.wait()
+
+
+def test_each_threads_cpu_is_read_under_its_label() -> None:
+    named = Burner(0.30, name="harness-step-worker")
+    unnamed = Burner(0.15)  # Python calls it "Thread-N": its class names it
+    threads = [named, unnamed]
+    for thread in threads:
+        thread.start()
+    before = thread_cpu.thread_cpu_s()
+    main_start = time.thread_time()
+    for thread in threads:  # one at a time: under the GIL, concurrent burners would wait for each other
+        thread.go.set()
+        thread.done.wait(30)
+    burn(0.10)
+    main_cpu = time.thread_time() - main_start
+    after = thread_cpu.thread_cpu_s()
+    for thread in threads:
+        thread.exit.set()
+    ms = thread_cpu.per_step_ms(before, after, steps=10)  # 10 "steps": ms per step is the CPU s * 100
+    assert ms["harness-step-worker"] == pytest.approx(named.cpu_s * 100, rel=0.1, abs=0.5)
+    assert ms["Burner"] == pytest.approx(unnamed.cpu_s * 100, rel=0.1, abs=0.5)
+    # The main thread also started the burners and read /proc: a little more than it burned.
+    assert main_cpu * 100 - 0.5 <= ms["main"] <= main_cpu * 100 + 5
+    assert next(iter(ms)) == "harness-step-worker", "busiest first"
+
+
+def test_unnamed_threads_are_labelled_by_their_target() -> None:
+    thread = threading.Thread(target=burn, args=(0.0,))
+    assert thread.name.startswith("Thread-")
+    assert thread_cpu.python_thread_label(thread) == "burn"
+    assert thread_cpu.python_thread_label(threading.main_thread()) == "main"
+
+
+def test_a_native_thread_is_labelled_by_the_name_the_os_has_for_it() -> None:
+    """Threads Python did not start (torch's autograd thread, NCCL's watchdog) keep the OS's name: here, the
+    interpreter's own (the main thread read through /proc with its Python label removed)."""
+    comm = (thread_cpu.TASKS / str(threading.main_thread().native_id) / "comm").read_text().strip()
+    assert comm and comm in {"python", "python3", sys.executable.rsplit("/", 1)[-1][:15]}
+
+
+def test_the_text_reads_back() -> None:
+    ms = {"main": 15.214, "pt_autograd_0": 14.02, "a b": 0.5, "x": 0.4, "y": 0.3, "z": 0.2, "w": 0.1, "v": 0.05}
+    text = thread_cpu.describe(ms)
+    assert text == "main 15.21, pt_autograd_0 14.02, a b 0.50, x 0.40, y 0.30, z 0.20, 2 others 0.15"
+    assert thread_cpu.parse(text) == {
+        "main": 15.21,
+        "pt_autograd_0": 14.02,
+        "a b": 0.5,
+        "x": 0.4,
+        "y": 0.3,
+        "z": 0.2,
+        "2 others": 0.15,
+    }
