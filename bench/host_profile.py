@@ -32,7 +32,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-VARIANTS: dict[str, list[str]] = {"shipped": [], "lightning_alone": ["--harness", "off"]}
+VARIANTS: dict[str, list[str]] = {
+    "shipped": [],
+    "lightning_alone": ["--loop", "trainer", "--harness", "off"],
+    "fabric_alone": ["--harness", "off", "--no-progress-bar"],
+}
 # The training loops' own files (--loop fabric, --loop trainer): a main-thread sample outside both is start-up or
 # the end of the run.
 TRAINING_LOOPS = ("harness/train/fabric_loop.py", "lightning/pytorch/loops/training_epoch_loop.py")
@@ -40,6 +44,8 @@ TRAINING_LOOPS = ("harness/train/fabric_loop.py", "lightning/pytorch/loops/train
 NOT_HARNESS = ("train.py", "harness/common/cli.py", "harness/train/rank.py", "harness/train/trainer.py",
                "harness/train/module.py", "harness/common/local_launch.py", "models/", TRAINING_LOOPS[0])  # fmt: skip
 WRITER = "tensorboard/summary/writer/"
+# Near the leaf of a --native stack, a frame named so means the thread was blocked, not running.
+WAITS = ("wait", "readyqueue::pop", "epoll", "select", "sleep", "acquire", "futex", "poll (")
 
 
 def frame_file(frame: str) -> str:
@@ -96,12 +102,55 @@ def profile(args: argparse.Namespace, name: str, extra: list[str], out: Path) ->
              "--max-steps", str(args.steps), "--logdir", str(out / "runs"), *args.train_args, *extra]  # fmt: skip
     if args.image_size:
         train += ["--image-size", str(args.image_size)]
-    cmd = [args.py_spy, "record", "--threads", "--nonblocking", "--rate", str(args.rate), "--format", "raw",
+    # --native pauses the process at each sample to unwind its C stacks (py-spy cannot do both): fewer samples.
+    how = ["--native"] if args.native else ["--nonblocking"]
+    cmd = [args.py_spy, "record", "--threads", *how, "--rate", str(args.rate), "--format", "raw",
            "-o", str(raw), "--", *train]  # fmt: skip
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.timeout)
     if proc.returncode != 0 or not raw.is_file():
         raise RuntimeError(f"{name}: py-spy/train.py exited {proc.returncode}: {proc.stderr[-1500:]}")
-    return attribute(raw, args.rate, args.steps)
+    return native_leaves(raw, args.rate, args.steps) if args.native else attribute(raw, args.rate, args.steps)
+
+
+def leaf_name(frames: list[str]) -> str:
+    """Where a --native sample was: its leaf's function ('at::native::add_out (libtorch_cpu.so)' ->
+    'at::native::add_out'), or for an address without a symbol its library and the nearest caller that has one
+    ('0x7f8a04e1e02a (libcuda.so.1)' under cudaLaunchKernel -> '[libcuda.so.1] < cudaLaunchKernel')."""
+    function, _, where = frames[-1].partition(" (")
+    if not function.startswith("0x"):
+        return function[:120]
+    caller = next((f.partition(" (")[0] for f in reversed(frames[:-1]) if not f.startswith("0x")), "?")
+    return f"[{where.rstrip(')')}] < {caller[:100]}"
+
+
+def native_leaves(raw: Path, rate: int, steps: int, top: int = 12) -> dict:
+    """--native: per thread (the autograd engine's, by its C++ frame; the main thread; the others by id), the ms
+    per step of samples in each leaf function (where the CPU was), busiest first; a leaf without a symbol counts
+    for its library."""
+    threads: dict[str, dict] = {}
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        frames = stack.split(";")
+        if any(word in frame.lower() for frame in frames[-4:] for word in WAITS):
+            continue  # a thread waiting (for work, a lock, a queue) uses no CPU; py-spy samples it all the same
+        if any("Engine::thread_main" in f for f in frames):
+            thread = "autograd"
+        elif "MainThread" in frames[0]:
+            if not any(loop in f for f in frames for loop in TRAINING_LOOPS):
+                continue  # start-up and the end of the run
+            thread = "main"
+        else:
+            thread = frames[0].split(" ")[-1]
+        entry = threads.setdefault(thread, {"samples": 0, "leaves": collections.Counter()})
+        entry["samples"] += int(count)
+        entry["leaves"][leaf_name(frames)] += int(count)
+    to_ms = 1e3 / rate / steps
+    return {
+        thread: {"ms_per_step": e["samples"] * to_ms, "top": [(f, n * to_ms) for f, n in e["leaves"].most_common(top)]}
+        for thread, e in sorted(threads.items(), key=lambda kv: -kv[1]["samples"])[:6]
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--variants", default="shipped,lightning_alone", help=f"from: {', '.join(VARIANTS)}")
     parser.add_argument("--train-args", default="", help="more train.py arguments, for every variant")
+    parser.add_argument("--native", action="store_true", help="C/C++ frames too: where each thread's CPU is, "
+                        "by leaf function (py-spy pauses the process at each sample)")  # fmt: skip
     parser.add_argument("--port", type=int, default=29571)
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--out", default="", help="keep the raw stacks and a JSON line per variant here")
@@ -133,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             f.write(json.dumps({"variant": name, "model": args.model, "batch_size": args.batch_size, **result}) + "\n")
         print(f"== {name}: ms of Python-visible samples per step (py-spy at {args.rate} Hz over {args.steps} steps)")
         for thread, entry in result.items():
-            print(f"   {thread}: {entry['ms_per_step']:.2f} ms, of which harness {entry['harness_ms_per_step']:.2f}")
+            harness = f", of which harness {entry['harness_ms_per_step']:.2f}" if "harness_ms_per_step" in entry else ""
+            print(f"   {thread}: {entry['ms_per_step']:.2f} ms{harness}")
             for who, ms in entry["top"]:
                 print(f"      {ms:6.3f} ms  {who}")
     return 0
