@@ -128,7 +128,21 @@ BAD_INPUTS = [
     (["--harness", "off", "--comm-hook", "powersgd"], "--comm-hook"),
     (["--window-start", "-1"], "--window-start"),
     (["--max-steps", "20", "--window-start", "19"], "--window-start"),
+    (["--loop", "trainer", "--precision", "16-mixed", "--devices", "2"], "--loop fabric"),
 ]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--precision", "16-mixed", "--devices", "2"],  # Fabric's loop averages before its scaler steps
+        ["--loop", "trainer", "--precision", "16-mixed", "--devices", "1"],  # one rank: nothing to average
+        ["--loop", "trainer", "--precision", "16-mixed", "--devices", "2", "--calibration-steps", "0"],
+        ["--loop", "trainer", "--precision", "bf16-mixed", "--devices", "2"],  # no scaler, no inf check
+    ],
+)
+def test_16_mixed_is_refused_only_where_the_trainer_would_check_for_inf_before_averaging(args, tmp_path):
+    parse_config([*args, "--logdir", str(tmp_path)])
 
 
 @pytest.mark.parametrize(("args", "names"), BAD_INPUTS)

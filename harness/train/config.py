@@ -213,6 +213,22 @@ class TrainConfig:
                 raise UsageError(f"--data-dir reads images; {self.model} is a token model")
             if self.channels_last:
                 raise UsageError(f"--channels-last applies to image models; {self.model} takes tokens")
+        if (
+            self.loop == "trainer"
+            and self.precision == "16-mixed"
+            and self.world_size > 1
+            and self.harness == "on"
+            and self.comm_hook != NO_HOOK
+            and self.calibration_steps > 0
+        ):
+            # Lightning's MixedPrecision.optimizer_step unscales (finding inf per rank) before on_before_optimizer_step,
+            # where a calibration step's gradients are averaged: one rank could skip the step and another take it.
+            # Fabric's loop steps the scaler after that hook, so it averages first.
+            raise UsageError(
+                "--loop trainer with --precision 16-mixed on more than one rank: the Trainer checks each rank's "
+                "gradients for inf before the harness averages a calibration step's, so ranks could disagree about "
+                "skipping it; use --loop fabric (the default) or --calibration-steps 0"
+            )
         if self.window_start is None:
             self.window_start = Calibration(self.calibration_steps, 0, TIMELINE_STEPS).setup_end
         elif self.window_start >= self.max_steps - 1:
