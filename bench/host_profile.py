@@ -16,6 +16,13 @@ of TensorBoard's event writer. Only Python stacks are sampled: a thread running 
 autograd engine between hooks, NCCL's threads) is not seen, so the figures are the Python-visible host time.
 Per variant it prints, per thread, the ms of samples per training step, and the harness's part with its top
 functions; `--out DIR` keeps each variant's raw collapsed stacks and a JSON line of the figures.
+
+--native adds the C/C++ frames (py-spy pauses the process at each sample) and sorts each thread's samples by leaf
+function, leaving out samples of a thread that waits. A whole run's native samples are mostly start-up and warm-up
+(cuDNN autotuning, NVRTC compiling kernels), so sample the steady state with --attach-after and --duration:
+
+    python -m bench.host_profile --native --batch-size 32 --steps 2000 --attach-after 45 --duration 15 \
+        --variants fabric_alone,shipped                                                 # on one GPU
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,17 +107,52 @@ def profile(args: argparse.Namespace, name: str, extra: list[str], out: Path) ->
     rank = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0"}
     env = {**os.environ, **rank, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(args.port), "TORCHELASTIC_RUN_ID": name}
     train = [sys.executable, "train.py", "--model", args.model, "--batch-size", str(args.batch_size),
-             "--max-steps", str(args.steps), "--logdir", str(out / "runs"), *args.train_args, *extra]  # fmt: skip
+             "--max-steps", str(args.steps), "--logdir", str(out / "runs"), "--run-name", name,
+             *args.train_args, *extra]  # fmt: skip
     if args.image_size:
         train += ["--image-size", str(args.image_size)]
     # --native pauses the process at each sample to unwind its C stacks (py-spy cannot do both): fewer samples.
     how = ["--native"] if args.native else ["--nonblocking"]
-    cmd = [args.py_spy, "record", "--threads", *how, "--rate", str(args.rate), "--format", "raw",
-           "-o", str(raw), "--", *train]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.timeout)
+    record = [args.py_spy, "record", "--threads", *how, "--rate", str(args.rate), "--format", "raw", "-o", str(raw)]
+    if args.attach_after > 0:
+        return profile_window(args, name, train, record, env, out)
+    proc = subprocess.run([*record, "--", *train], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=args.timeout)  # fmt: skip
     if proc.returncode != 0 or not raw.is_file():
         raise RuntimeError(f"{name}: py-spy/train.py exited {proc.returncode}: {proc.stderr[-1500:]}")
     return native_leaves(raw, args.rate, args.steps) if args.native else attribute(raw, args.rate, args.steps)
+
+
+def profile_window(
+    args: argparse.Namespace, name: str, train: list[str], record: list[str], env: dict[str, str], out: Path
+) -> dict:
+    """py-spy attached to a running train.py from --attach-after seconds for --duration seconds, so that start-up,
+    cuDNN's autotuning and kernel compilation (which swamp a whole run's native samples) are left out. The samples
+    are put per step by the run's own window time per step (its summary, or --harness off's end line); a paused
+    process runs slower while sampled, so the figures compare variants rather than give exact ms."""
+    from bench.vs_plain import train_window
+
+    log = out / f"{name}.log"
+    with open(log, "w") as stdout:
+        train_proc = subprocess.Popen(train, cwd=REPO, env=env, stdout=stdout, stderr=subprocess.STDOUT, text=True)
+        try:
+            time.sleep(args.attach_after)
+            if train_proc.poll() is not None:
+                raise RuntimeError(f"{name}: train.py ended before --attach-after {args.attach_after} s; add --steps")
+            spy = [*record, "--pid", str(train_proc.pid), "--duration", str(args.duration)]
+            spy_proc = subprocess.run(spy, capture_output=True, text=True, timeout=args.duration + 120)
+            code = train_proc.wait(timeout=args.timeout)
+        finally:
+            if train_proc.poll() is None:
+                train_proc.kill()
+    if spy_proc.returncode != 0 or not (out / f"{name}.txt").is_file():
+        raise RuntimeError(f"{name}: py-spy exited {spy_proc.returncode}: {spy_proc.stderr[-1500:]}")
+    if code != 0:
+        raise RuntimeError(f"{name}: train.py exited {code}: {log.read_text()[-1500:]}")
+    ms_per_step = train_window(out / "runs" / name, log.read_text())["ms_per_step"]
+    steps = args.duration * 1e3 / ms_per_step
+    leaves = native_leaves if args.native else attribute
+    return {"window_ms_per_step": ms_per_step, **leaves(out / f"{name}.txt", args.rate, steps)}
 
 
 def leaf_name(frames: list[str]) -> str:
@@ -164,6 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-args", default="", help="more train.py arguments, for every variant")
     parser.add_argument("--native", action="store_true", help="C/C++ frames too: where each thread's CPU is, "
                         "by leaf function (py-spy pauses the process at each sample)")  # fmt: skip
+    parser.add_argument("--attach-after", type=float, default=0.0, metavar="S",
+                        help="sample only from S seconds after train.py starts, for --duration seconds (0: the "
+                        "whole run); give --steps enough to run past both")  # fmt: skip
+    parser.add_argument("--duration", type=int, default=10, help="seconds sampled with --attach-after")
     parser.add_argument("--port", type=int, default=29571)
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--out", default="", help="keep the raw stacks and a JSON line per variant here")
@@ -182,8 +229,14 @@ def main(argv: list[str] | None = None) -> int:
         result = profile(args, name, VARIANTS[name], out)
         with open(out / "host_profile.jsonl", "a") as f:
             f.write(json.dumps({"variant": name, "model": args.model, "batch_size": args.batch_size, **result}) + "\n")
-        print(f"== {name}: ms of Python-visible samples per step (py-spy at {args.rate} Hz over {args.steps} steps)")
+        what = "C/C++ and Python" if args.native else "Python-visible"
+        over = f"{args.duration} s from {args.attach_after:g} s" if args.attach_after > 0 else f"{args.steps} steps"
+        step_ms = result.get("window_ms_per_step")
+        window = f"; the run's window: {step_ms:.2f} ms/step" if step_ms is not None else ""
+        print(f"== {name}: ms of {what} samples per step (py-spy at {args.rate} Hz over {over}{window})")
         for thread, entry in result.items():
+            if thread == "window_ms_per_step":
+                continue
             harness = f", of which harness {entry['harness_ms_per_step']:.2f}" if "harness_ms_per_step" in entry else ""
             print(f"   {thread}: {entry['ms_per_step']:.2f} ms{harness}")
             for who, ms in entry["top"]:
