@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,8 +53,16 @@ TRAINING_LOOPS = ("harness/train/fabric_loop.py", "lightning/pytorch/loops/train
 NOT_HARNESS = ("train.py", "harness/common/cli.py", "harness/train/rank.py", "harness/train/trainer.py",
                "harness/train/module.py", "harness/common/local_launch.py", "models/", TRAINING_LOOPS[0])  # fmt: skip
 WRITER = "tensorboard/summary/writer/"
-# Near the leaf of a --native stack, a frame named so means the thread was blocked, not running.
-WAITS = ("wait", "readyqueue::pop", "epoll", "select", "sleep", "acquire", "futex", "poll (")
+# A --native sample with one of these functions among its last frames is a thread blocked, not running: C library
+# and CPython waits, C++'s, Python's (whole names: cudaStreamWaitEvent or WorkNCCL::wait are CPU work, not waits).
+BLOCKING = frozenset({
+    "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "__pthread_cond_wait",
+    "__pthread_cond_timedwait", "__futex_abstimed_wait_common", "__futex_abstimed_wait_common64", "futex_wait",
+    "do_futex_wait", "sem_wait", "sem_timedwait", "sem_clockwait", "__new_sem_wait_slow64", "epoll_wait", "poll",
+    "__poll", "select", "__select", "nanosleep", "clock_nanosleep", "__clock_nanosleep", "PyThread_acquire_lock_timed",
+    "take_gil", "std::condition_variable::wait", "std::condition_variable::__wait_until_impl",
+    "torch::autograd::ReadyQueue::pop", "Condition.wait", "Event.wait", "Thread.join", "Thread._wait_for_tstate_lock",
+})  # fmt: skip
 
 
 def frame_file(frame: str) -> str:
@@ -71,26 +80,47 @@ def owner(frames: list[str]) -> str | None:
     return mine[-1].split(" (")[0] + f" ({frame_file(mine[-1]).split('/')[-1]})" if mine else None
 
 
-def attribute(raw: Path, rate: int, steps: int) -> dict:
-    """Per thread: ms of samples per step in the training loop (main thread) or anywhere (other threads), the
-    harness's part, and its top owners."""
-    threads: dict[str, dict] = {}
+def function_name(frame: str) -> str:
+    """'Condition.wait (threading.py:320)' -> 'Condition.wait'; 'std::condition_variable::wait(std::unique_lock<…>&)
+    (libstdc++.so.6)' -> 'std::condition_variable::wait'."""
+    return frame.partition(" (")[0].partition("(")[0]
+
+
+def read_samples(raw: Path) -> Iterator[tuple[str, list[str], int]]:
+    """py-spy's raw output, sample line by sample line: the thread ("main"; "autograd" for a thread in autograd's
+    engine loop; else its id), the frames below the thread's own, the count. Main-thread samples outside the training
+    loop (start-up, the end of the run) are left out."""
     lines = [line.rpartition(" ") for line in raw.read_text().splitlines()]
     # py-spy names a thread only once Python has; the main thread's early samples carry its id alone.
     main_ids = {stack.split(":")[0] for stack, _, _ in lines if stack.split(";")[0].endswith(": MainThread")}
     for stack, _, count in lines:
         if not stack:
             continue
-        frames = stack.split(";")
-        thread = "main" if frames[0].split(":")[0] in main_ids else "other threads"
-        if thread == "main" and not any(loop in f for f in frames for loop in TRAINING_LOOPS):
-            continue  # start-up and the end of the run
-        entry = threads.setdefault(thread, {"samples": 0, "harness": 0, "owners": collections.Counter()})
-        entry["samples"] += int(count)
-        who = owner(frames[1:])
+        head, *frames = stack.split(";")
+        thread_id = head.split(":")[0]
+        if thread_id in main_ids:  # first: the main thread also runs the engine's loop while it waits for backward
+            if not any(loop in f for f in frames for loop in TRAINING_LOOPS):
+                continue
+            thread = "main"
+        elif any("Engine::thread_main" in f for f in frames):
+            thread = "autograd"
+        else:
+            thread = thread_id
+        yield thread, frames, int(count)
+
+
+def attribute(raw: Path, rate: int, steps: float) -> dict:
+    """Per thread: ms of samples per step in the training loop (main thread) or anywhere (other threads), the
+    harness's part, and its top owners."""
+    threads: dict[str, dict] = {}
+    for thread, frames, count in read_samples(raw):
+        key = "main" if thread == "main" else "other threads"
+        entry = threads.setdefault(key, {"samples": 0, "harness": 0, "owners": collections.Counter()})
+        entry["samples"] += count
+        who = owner(frames)
         if who is not None:
-            entry["harness"] += int(count)
-            entry["owners"][who] += int(count)
+            entry["harness"] += count
+            entry["owners"][who] += count
     to_ms = 1e3 / rate / steps
     return {
         thread: {
@@ -119,8 +149,10 @@ def profile(args: argparse.Namespace, name: str, extra: list[str], out: Path) ->
     proc = subprocess.run([*record, "--", *train], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=args.timeout)  # fmt: skip
     if proc.returncode != 0 or not raw.is_file():
-        raise RuntimeError(f"{name}: py-spy/train.py exited {proc.returncode}: {proc.stderr[-1500:]}")
-    return native_leaves(raw, args.rate, args.steps) if args.native else attribute(raw, args.rate, args.steps)
+        (out / f"{name}.log").write_text(proc.stdout + proc.stderr)
+        raise RuntimeError(f"{name}: py-spy/train.py exited {proc.returncode}; the output is in {out / name}.log")
+    leaves = native_leaves if args.native else attribute
+    return {"threads": leaves(raw, args.rate, args.steps)}
 
 
 def profile_window(
@@ -141,18 +173,18 @@ def profile_window(
                 raise RuntimeError(f"{name}: train.py ended before --attach-after {args.attach_after} s; add --steps")
             spy = [*record, "--pid", str(train_proc.pid), "--duration", str(args.duration)]
             spy_proc = subprocess.run(spy, capture_output=True, text=True, timeout=args.duration + 120)
+            if spy_proc.returncode != 0 or not (out / f"{name}.txt").is_file():
+                raise RuntimeError(f"{name}: py-spy exited {spy_proc.returncode}: {spy_proc.stderr.strip()[-300:]}")
             code = train_proc.wait(timeout=args.timeout)
         finally:
             if train_proc.poll() is None:
                 train_proc.kill()
-    if spy_proc.returncode != 0 or not (out / f"{name}.txt").is_file():
-        raise RuntimeError(f"{name}: py-spy exited {spy_proc.returncode}: {spy_proc.stderr[-1500:]}")
     if code != 0:
-        raise RuntimeError(f"{name}: train.py exited {code}: {log.read_text()[-1500:]}")
+        raise RuntimeError(f"{name}: train.py exited {code}; its output is in {log}")
     ms_per_step = train_window(out / "runs" / name, log.read_text())["ms_per_step"]
     steps = args.duration * 1e3 / ms_per_step
     leaves = native_leaves if args.native else attribute
-    return {"window_ms_per_step": ms_per_step, **leaves(out / f"{name}.txt", args.rate, steps)}
+    return {"window_ms_per_step": ms_per_step, "threads": leaves(out / f"{name}.txt", args.rate, steps)}
 
 
 def leaf_name(frames: list[str]) -> str:
@@ -166,29 +198,17 @@ def leaf_name(frames: list[str]) -> str:
     return f"[{where.rstrip(')')}] < {caller[:100]}"
 
 
-def native_leaves(raw: Path, rate: int, steps: int, top: int = 12) -> dict:
-    """--native: per thread (the autograd engine's, by its C++ frame; the main thread; the others by id), the ms
-    per step of samples in each leaf function (where the CPU was), busiest first; a leaf without a symbol counts
-    for its library."""
+def native_leaves(raw: Path, rate: int, steps: float, top: int = 12) -> dict:
+    """--native: per thread (main, autograd's, the others by id; the six busiest), the ms per step of samples in each
+    leaf function (where the CPU was), busiest first; a leaf without a symbol counts for its library. Samples of a
+    blocked thread (BLOCKING) are left out."""
     threads: dict[str, dict] = {}
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack:
+    for thread, frames, count in read_samples(raw):
+        if any(function_name(frame) in BLOCKING for frame in frames[-4:]):
             continue
-        frames = stack.split(";")
-        if any(word in frame.lower() for frame in frames[-4:] for word in WAITS):
-            continue  # a thread waiting (for work, a lock, a queue) uses no CPU; py-spy samples it all the same
-        if any("Engine::thread_main" in f for f in frames):
-            thread = "autograd"
-        elif "MainThread" in frames[0]:
-            if not any(loop in f for f in frames for loop in TRAINING_LOOPS):
-                continue  # start-up and the end of the run
-            thread = "main"
-        else:
-            thread = frames[0].split(" ")[-1]
         entry = threads.setdefault(thread, {"samples": 0, "leaves": collections.Counter()})
-        entry["samples"] += int(count)
-        entry["leaves"][leaf_name(frames)] += int(count)
+        entry["samples"] += count
+        entry["leaves"][leaf_name(frames)] += count
     to_ms = 1e3 / rate / steps
     return {
         thread: {"ms_per_step": e["samples"] * to_ms, "top": [(f, n * to_ms) for f, n in e["leaves"].most_common(top)]}
@@ -223,10 +243,18 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         if name not in VARIANTS:
             parser.error(f"--variants: {name!r} is not known; choose from: {', '.join(VARIANTS)}")
+    for flag, value, least in (("--steps", args.steps, 1), ("--rate", args.rate, 1), ("--duration", args.duration, 1),
+                               ("--attach-after", args.attach_after, 0)):  # fmt: skip
+        if value < least:
+            parser.error(f"{flag} must be at least {least}, got {value}")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="host_profile-"))
     out.mkdir(parents=True, exist_ok=True)
     for name in names:
-        result = profile(args, name, VARIANTS[name], out)
+        try:
+            result = profile(args, name, VARIANTS[name], out)
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            print(f"host_profile: {err}", file=sys.stderr, flush=True)
+            return 1
         with open(out / "host_profile.jsonl", "a") as f:
             f.write(json.dumps({"variant": name, "model": args.model, "batch_size": args.batch_size, **result}) + "\n")
         what = "C/C++ and Python" if args.native else "Python-visible"
@@ -234,9 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         step_ms = result.get("window_ms_per_step")
         window = f"; the run's window: {step_ms:.2f} ms/step" if step_ms is not None else ""
         print(f"== {name}: ms of {what} samples per step (py-spy at {args.rate} Hz over {over}{window})")
-        for thread, entry in result.items():
-            if thread == "window_ms_per_step":
-                continue
+        for thread, entry in result["threads"].items():
             harness = f", of which harness {entry['harness_ms_per_step']:.2f}" if "harness_ms_per_step" in entry else ""
             print(f"   {thread}: {entry['ms_per_step']:.2f} ms{harness}")
             for who, ms in entry["top"]:

@@ -19,9 +19,9 @@ import argparse
 import contextlib
 import json
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -29,7 +29,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from harness.common.dist_env import apply_safe_nccl_env
-from harness.common.thread_cpu import per_step_ms, thread_cpu_s
+from harness.common.thread_cpu import per_step_ms, read_clocks
 from models import get_model_spec
 
 # --comm-hook: DDP's built-in all_reduce (C++), or torch's own Python allreduce_hook.
@@ -93,7 +93,7 @@ def start_rank() -> torch.device:
     return device
 
 
-def timed_run(step: Callable[[], None], steps: int, window_start: int, cuda: bool) -> dict[str, float]:
+def timed_run(step: Callable[[], None], steps: int, window_start: int, cuda: bool) -> dict[str, Any]:
     """Run `steps` steps; wall and CPU ms per step from the start of step `window_start` to the start of the
     last step, the device drained at both ends."""
     last = steps - 1
@@ -101,16 +101,15 @@ def timed_run(step: Callable[[], None], steps: int, window_start: int, cuda: boo
         if i in (window_start, last):
             if cuda:
                 torch.cuda.synchronize()
-            now = (time.perf_counter(), time.thread_time(), time.process_time())
-            threads = thread_cpu_s()
+            now = read_clocks()
             if i == window_start:
-                start, start_threads = now, threads
+                start = now
             else:
                 span = last - window_start
-                wall, thread, process = (b - a for a, b in zip(start, now, strict=True))
+                wall, thread, process = (b - a for a, b in zip(start[:3], now[:3], strict=True))
                 result = {"ms_per_step": wall * 1e3 / span, "main_thread_cpu_ms_per_step": thread * 1e3 / span}
                 result["process_cpu_ms_per_step"] = process * 1e3 / span
-                result["thread_cpu_ms_per_step"] = per_step_ms(start_threads, threads, span)
+                result["thread_cpu_ms_per_step"] = per_step_ms(start.threads, now.threads, span)
         step()
     return result
 

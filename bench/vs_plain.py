@@ -46,6 +46,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.common import thread_cpu
 from harness.common.metrics import percentile
@@ -131,7 +132,7 @@ def run(cmd: list[str], args: argparse.Namespace, what: str) -> subprocess.Compl
     return proc
 
 
-def plain_ms(args: argparse.Namespace, extra: list[str] | None = None) -> dict[str, float]:
+def plain_ms(args: argparse.Namespace, extra: list[str] | None = None) -> dict[str, Any]:
     cmd = [*torchrun(args.nproc), "-m", "bench.plain_ddp", *common_args(args), "--steps", str(args.steps)]
     cmd += extra or []
     proc = run([*cmd, "--window-start", str(args.window_start)], args, "the plain loop")
@@ -139,14 +140,14 @@ def plain_ms(args: argparse.Namespace, extra: list[str] | None = None) -> dict[s
     return json.loads(line)["plain_ddp"]
 
 
-def train_ms(args: argparse.Namespace, extra: list[str], logdir: Path, name: str) -> dict[str, float]:
+def train_ms(args: argparse.Namespace, extra: list[str], logdir: Path, name: str) -> dict[str, Any]:
     cmd = [*torchrun(args.nproc), str(REPO / "train.py"), *common_args(args), "--max-steps", str(args.steps)]
     cmd += ["--window-start", str(args.window_start), "--logdir", str(logdir), "--run-name", name, *extra]
     proc = run(cmd, args, f"train.py {shlex.join(extra)}")
     return train_window(logdir / name, proc.stdout)
 
 
-def train_window(run_root: Path, stdout: str) -> dict[str, float | list[float]]:
+def train_window(run_root: Path, stdout: str) -> dict[str, Any]:
     """The window's ms per step of one train.py run: from its summary.json's "overhead_s", or (--harness off,
     no summary) from its end line."""
     from harness.train.trainer import THREADS_HEAD, WINDOW_LINE
@@ -256,7 +257,7 @@ def thread_table(rows: list[dict], names: list[str], columns: int = 6) -> list[s
         runs = [row[name].get("thread_cpu_ms_per_step") or {} for row in rows]
         if not any(runs):
             continue
-        labels = {label for run in runs for label in run}
+        labels = {label for run in runs for label in run if not label.endswith(" others")}  # a line's summed rest
         medians[name] = {label: percentile([run.get(label, 0.0) for run in runs], 50) for label in labels}
     if not medians:
         return []

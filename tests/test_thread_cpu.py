@@ -3,7 +3,8 @@ each thread itself with time.thread_time(): the labels say which thread is which
 
 from __future__ import annotations
 
-import sys
+import _thread
+import ctypes
 import threading
 import time
 
@@ -70,11 +71,50 @@ def test_unnamed_threads_are_labelled_by_their_target() -> None:
     assert thread_cpu.python_thread_label(threading.main_thread()) == "main"
 
 
-def test_a_native_thread_is_labelled_by_the_name_the_os_has_for_it() -> None:
-    """Threads Python did not start (torch's autograd thread, NCCL's watchdog) keep the OS's name: here, the
-    interpreter's own (the main thread read through /proc with its Python label removed)."""
-    comm = (thread_cpu.TASKS / str(threading.main_thread().native_id) / "comm").read_text().strip()
-    assert comm and comm in {"python", "python3", sys.executable.rsplit("/", 1)[-1][:15]}
+def test_a_thread_python_did_not_start_is_labelled_by_the_name_the_os_has_for_it() -> None:
+    """Threads Python did not start (torch's autograd thread, NCCL's watchdog) are named by the OS's name for them,
+    also after they ran Python that asked threading for the current thread (a placeholder "Dummy-N" there)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    named, done, leave = threading.Event(), threading.Event(), threading.Event()
+    cpu = []
+
+    def native() -> None:  # started with _thread: the threading module does not know it
+        libc.prctl(15, b"native_burner", 0, 0, 0)  # PR_SET_NAME: what /proc/<tid>/comm then says
+        threading.current_thread()  # registers a _DummyThread for it
+        named.set()
+        start = time.thread_time()
+        burn(0.1)
+        cpu.append(time.thread_time() - start)
+        done.set()
+        leave.wait(30)
+
+    before = thread_cpu.thread_cpu_s()
+    _thread.start_new_thread(native, ())
+    assert named.wait(30) and done.wait(30)
+    after = thread_cpu.thread_cpu_s()
+    leave.set()
+    ms = thread_cpu.per_step_ms(before, after, steps=10)
+    assert not any(label.startswith("Dummy-") for label in ms), ms
+    assert ms["native_burner"] == pytest.approx(cpu[0] * 100, rel=0.1, abs=0.5)
+
+
+def test_a_thread_that_ends_takes_nothing_from_another_of_its_name() -> None:
+    """Differences are taken thread by thread: a thread that ended between the readings, with the name of one that
+    ran on, does not take its earlier time off the other's."""
+    first, second = Burner(0.2, name="w"), Burner(0.1, name="w")
+    first.start()
+    first.go.set()
+    first.done.wait(30)  # 0.2 s of CPU before the window
+    second.start()
+    before = thread_cpu.thread_cpu_s()
+    first.exit.set()
+    first.join(30)  # ends inside the window
+    second.go.set()
+    second.done.wait(30)
+    after = thread_cpu.thread_cpu_s()
+    second.exit.set()
+    ms = thread_cpu.per_step_ms(before, after, steps=10)
+    assert ms["w"] == pytest.approx(second.cpu_s * 100, rel=0.1, abs=0.5), ms
 
 
 def test_the_text_reads_back() -> None:

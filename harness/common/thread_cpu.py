@@ -10,7 +10,8 @@ Linux only: each thread's CPU from /proc/self/task/<tid>/schedstat (nanoseconds 
 
 A thread's label is "main" for the main thread; a Python thread's name, without the "Thread-N" that Python gives
 unnamed ones (then its target or class); else the name the OS has for it (pt_autograd_0, pt_nccl_watchdg, ...).
-Threads with one label are summed. A thread that ended between two readings loses its time in the difference.
+Differences are taken thread by thread, then summed by label: a thread that ended between two readings counts
+nothing, and one started between them counts from 0.
 """
 
 from __future__ import annotations
@@ -18,11 +19,33 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from pathlib import Path
+from typing import NamedTuple
 
 TASKS = Path("/proc/self/task")
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 _UNNAMED = re.compile(r"Thread-\d+(?: \((?P<target>.*)\))?")
+
+# {thread id: (label, CPU seconds so far)}
+ThreadTimes = dict[int, tuple[str, float]]
+
+
+class Clocks(NamedTuple):
+    """One reading of a window's clocks: wall, the calling thread's CPU, the process's CPU (seconds), and each
+    thread's (`thread_cpu_s`)."""
+
+    wall_s: float
+    thread_s: float
+    process_s: float
+    threads: ThreadTimes
+
+
+def read_clocks() -> Clocks:
+    """The clocks a timed window reads at each end (after the caller drained the GPU). /proc is read last: it costs a
+    file read per thread, which the wall and CPU clocks should not include."""
+    wall, thread, process = time.perf_counter(), time.thread_time(), time.process_time()
+    return Clocks(wall, thread, process, thread_cpu_s())
 
 
 def python_thread_label(thread: threading.Thread) -> str:
@@ -47,44 +70,55 @@ def _cpu_s(task: Path) -> float | None:
         return None  # the thread ended meanwhile
 
 
-def thread_cpu_s() -> dict[str, float]:
-    """CPU seconds each thread of this process has run so far, summed by label; {} where /proc is not Linux's."""
+def thread_cpu_s() -> ThreadTimes:
+    """Each thread of this process: its label and the CPU seconds it has run so far; {} where /proc is not Linux's."""
     if not TASKS.is_dir():
         return {}
-    python_labels = {t.native_id: python_thread_label(t) for t in threading.enumerate() if t.native_id is not None}
-    totals: dict[str, float] = {}
+    # A thread Python did not start (autograd's, running a hook that asked for threading.current_thread()) has a
+    # placeholder "Dummy-N" there: the OS's name says more.
+    python_labels = {
+        t.native_id: python_thread_label(t)
+        for t in threading.enumerate()
+        if t.native_id is not None and not isinstance(t, threading._DummyThread)
+    }
+    times: ThreadTimes = {}
     for task in TASKS.iterdir():
         cpu = _cpu_s(task)
         if cpu is None:
             continue
-        label = python_labels.get(int(task.name))
+        tid = int(task.name)
+        label = python_labels.get(tid)
         if label is None:
             try:
                 label = (task / "comm").read_text().strip() or task.name
             except OSError:
                 continue
-        totals[label] = totals.get(label, 0.0) + cpu
-    return totals
+        times[tid] = (label, cpu)
+    return times
 
 
-def per_step_ms(start: dict[str, float], end: dict[str, float], steps: int) -> dict[str, float]:
-    """Each label's CPU ms per step between two readings (a thread started between them counts from 0), busiest
-    first; labels that ran for less than 0.005 ms a step are left out."""
-    ms = {label: (cpu - start.get(label, 0.0)) * 1e3 / steps for label, cpu in end.items()}
+def per_step_ms(start: ThreadTimes, end: ThreadTimes, steps: int) -> dict[str, float]:
+    """Each label's CPU ms per step between two readings, busiest first; labels under 0.005 ms a step are left out."""
+    ms: dict[str, float] = {}
+    for tid, (label, cpu) in end.items():
+        before = start.get(tid)
+        used = cpu - (before[1] if before is not None and before[0] == label else 0.0)  # a reused id: a new thread
+        ms[label] = ms.get(label, 0.0) + used * 1e3 / steps
     return dict(sorted(((k, v) for k, v in ms.items() if v >= 0.005), key=lambda kv: -kv[1]))
 
 
-def describe(ms_per_step: dict[str, float], limit: int = 6) -> str:
-    """The busiest threads' CPU ms per step: 'main 15.21, pt_autograd_0 14.02, ..., 3 others 0.31' (parse reads it)."""
+def describe(ms_per_step: dict[str, float], limit: int | None = 6) -> str:
+    """The busiest threads' CPU ms per step: 'main 15.21, pt_autograd_0 14.02, ..., 3 others 0.31' (parse reads it;
+    limit None: every thread)."""
     shown = list(ms_per_step.items())[:limit]
-    rest = list(ms_per_step.values())[limit:]
+    rest = list(ms_per_step.values())[len(shown) :]
     if rest:
         shown.append((f"{len(rest)} others", sum(rest)))
     return ", ".join(f"{label} {ms:.2f}" for label, ms in shown)
 
 
 def parse(text: str) -> dict[str, float]:
-    """`describe`'s text back into {label: ms}."""
+    """`describe`'s text back into {label: ms} (a label that holds ", " would not read back; thread names don't)."""
     out = {}
     for item in text.split(", "):
         label, _, ms = item.rpartition(" ")

@@ -222,8 +222,8 @@ class TrainConfig:
             and self.calibration_steps > 0
         ):
             # Lightning's MixedPrecision.optimizer_step unscales (finding inf per rank) before on_before_optimizer_step,
-            # where a calibration step's gradients are averaged: one rank could skip the step and another take it.
-            # Fabric's loop steps the scaler after that hook, so it averages first.
+            # where a calibration step's gradients are averaged: a rank that found none would apply the averaged
+            # inf/NaN gradients (NaN weights) while another skipped. Fabric's loop averages before its scaler steps.
             raise UsageError(
                 "--loop trainer with --precision 16-mixed on more than one rank: the Trainer checks each rank's "
                 "gradients for inf before the harness averages a calibration step's, so ranks could disagree about "

@@ -298,9 +298,14 @@ def format_table(summary: dict[str, Any]) -> str:
             "cannot run in the same run: bench.vs_plain compares --comm-hook none"
         )
         if threads := overhead.get("thread_cpu_ms_per_step"):
+            roles = (
+                "; main launches forward and the optimizer, pt_autograd_N backward and the comm hook"
+                if summary.get("backend") == "nccl"
+                else ""
+            )
             lines.append(
                 f"# CPU ms per step by thread, same steps: {describe(threads)} (wall {overhead['wall_ms_per_step']:.2f}"
-                " ms; on the GPU, main launches forward and the optimizer, pt_autograd_N backward and the comm hook)"
+                f" ms{roles})"
             )
     if summary["world_size"] == 1:
         lines.append("# world size 1: busbw is 0 by definition (no data crosses a link)")

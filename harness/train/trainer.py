@@ -25,7 +25,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from harness.common import dist_env
 from harness.common.failures import say
-from harness.common.thread_cpu import describe, per_step_ms, thread_cpu_s
+from harness.common.thread_cpu import Clocks, describe, per_step_ms, read_clocks
 from harness.train.callback import CommTimingCallback
 from harness.train.config import RUN_VERSION_ENV, TrainConfig, claim_run_version, run_version
 from harness.train.ddp_strategy import SameStreamDDPStrategy, SameStreamFabricDDPStrategy
@@ -94,19 +94,16 @@ class WindowClock(pl.Callback):
         self.first, self.last = first, max_steps - 1
         self.cuda = cuda
         self.report = report
-        self._start: tuple[float, float, float] | None = None
-        self._end: tuple[float, float, float] | None = None
-        self._threads: list[dict[str, float]] = []  # each thread's CPU s at the window's start and end
+        self._start: Clocks | None = None
+        self._end: Clocks | None = None
         self._train_start = 0.0
         self.train_s = float("nan")
         self.steps = 0
 
-    def _now(self) -> tuple[float, float, float]:
+    def _now(self) -> Clocks:
         if self.cuda:
             torch.cuda.synchronize()
-        now = time.perf_counter(), time.thread_time(), time.process_time()
-        self._threads.append(thread_cpu_s())  # read after the clocks: it takes a /proc read per thread
-        return now
+        return read_clocks()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._train_start = time.perf_counter()
@@ -124,19 +121,20 @@ class WindowClock(pl.Callback):
         if self.report and trainer.is_global_zero:
             print(self.window_line(), flush=True)
 
-    def result(self) -> dict[str, float] | None:
-        """The window's ms per step (wall, main-thread CPU, process CPU), once both ends were read; else None."""
+    def result(self) -> dict[str, Any] | None:
+        """The window's ms per step (wall, main-thread CPU, process CPU, each thread's CPU), once both ends were read;
+        else None."""
         if self._start is None or self._end is None:
             return None
         steps = self.last - self.first
-        wall, thread, process = ((b - a) * 1e3 / steps for a, b in zip(self._start, self._end, strict=True))
+        wall, thread, process = ((b - a) * 1e3 / steps for a, b in zip(self._start[:3], self._end[:3], strict=True))
         return {
             "first_step": self.first,
             "last_step": self.last,
             "wall_ms_per_step": wall,
             "main_thread_cpu_ms_per_step": thread,
             "process_cpu_ms_per_step": process,
-            "thread_cpu_ms_per_step": per_step_ms(*self._threads, steps),
+            "thread_cpu_ms_per_step": per_step_ms(self._start.threads, self._end.threads, steps),
         }
 
     def window_line(self) -> str:
@@ -150,7 +148,7 @@ class WindowClock(pl.Callback):
             f"{head}; steps {self.first} to {self.last}: {window['wall_ms_per_step']:.3f} ms/step, CPU "
             f"{window['main_thread_cpu_ms_per_step']:.3f} ms main thread, {window['process_cpu_ms_per_step']:.3f} "
             "ms process per step (rank 0); no timing hook, events or summary.json"
-        ) + (f"\n{THREADS_HEAD}{describe(threads)}" if (threads := window["thread_cpu_ms_per_step"]) else "")
+        ) + (f"\n{THREADS_HEAD}{describe(threads, None)}" if (threads := window["thread_cpu_ms_per_step"]) else "")
 
 
 # --loop's names, in WindowClock's line.
