@@ -29,7 +29,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from harness.common.dist_env import apply_safe_nccl_env
-from harness.common.thread_cpu import per_step_ms, read_clocks
+from harness.common.thread_cpu import read_clocks, window_times
 from models import get_model_spec
 
 # --comm-hook: DDP's built-in all_reduce (C++), or torch's own Python allreduce_hook.
@@ -105,11 +105,13 @@ def timed_run(step: Callable[[], None], steps: int, window_start: int, cuda: boo
             if i == window_start:
                 start = now
             else:
-                span = last - window_start
-                wall, thread, process = (b - a for a, b in zip(start[:3], now[:3], strict=True))
-                result = {"ms_per_step": wall * 1e3 / span, "main_thread_cpu_ms_per_step": thread * 1e3 / span}
-                result["process_cpu_ms_per_step"] = process * 1e3 / span
-                result["thread_cpu_ms_per_step"] = per_step_ms(start.threads, now.threads, span)
+                times = window_times(start, now, last - window_start)
+                result = {
+                    "ms_per_step": times.wall_ms,
+                    "main_thread_cpu_ms_per_step": times.thread_ms,
+                    "process_cpu_ms_per_step": times.process_ms,
+                    "thread_cpu_ms_per_step": times.threads_ms,
+                }
         step()
     return result
 

@@ -48,6 +48,25 @@ def read_clocks() -> Clocks:
     return Clocks(wall, thread, process, thread_cpu_s())
 
 
+class WindowTimes(NamedTuple):
+    """Each clock's ms per step between two readings of `read_clocks`."""
+
+    wall_ms: float
+    thread_ms: float  # the thread that read the clocks
+    process_ms: float
+    threads_ms: dict[str, float]  # per label, busiest first (per_step_ms)
+
+
+def window_times(start: Clocks, end: Clocks, steps: int) -> WindowTimes:
+    """Ms per step of each clock from `start` to `end`, `steps` steps apart."""
+    return WindowTimes(
+        (end.wall_s - start.wall_s) * 1e3 / steps,
+        (end.thread_s - start.thread_s) * 1e3 / steps,
+        (end.process_s - start.process_s) * 1e3 / steps,
+        per_step_ms(start.threads, end.threads, steps),
+    )
+
+
 def python_thread_label(thread: threading.Thread) -> str:
     """'main', the thread's own name, or for an unnamed one ('Thread-3 (_serve)') its target, else its class."""
     if thread is threading.main_thread():

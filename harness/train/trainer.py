@@ -25,7 +25,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from harness.common import dist_env
 from harness.common.failures import say
-from harness.common.thread_cpu import Clocks, describe, per_step_ms, read_clocks
+from harness.common.thread_cpu import Clocks, describe, read_clocks, window_times
 from harness.train.callback import CommTimingCallback
 from harness.train.config import RUN_VERSION_ENV, TrainConfig, claim_run_version, run_version
 from harness.train.ddp_strategy import SameStreamDDPStrategy, SameStreamFabricDDPStrategy
@@ -126,15 +126,14 @@ class WindowClock(pl.Callback):
         else None."""
         if self._start is None or self._end is None:
             return None
-        steps = self.last - self.first
-        wall, thread, process = ((b - a) * 1e3 / steps for a, b in zip(self._start[:3], self._end[:3], strict=True))
+        times = window_times(self._start, self._end, self.last - self.first)
         return {
             "first_step": self.first,
             "last_step": self.last,
-            "wall_ms_per_step": wall,
-            "main_thread_cpu_ms_per_step": thread,
-            "process_cpu_ms_per_step": process,
-            "thread_cpu_ms_per_step": per_step_ms(self._start.threads, self._end.threads, steps),
+            "wall_ms_per_step": times.wall_ms,
+            "main_thread_cpu_ms_per_step": times.thread_ms,
+            "process_cpu_ms_per_step": times.process_ms,
+            "thread_cpu_ms_per_step": times.threads_ms,
         }
 
     def window_line(self) -> str:
