@@ -39,13 +39,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench.vs_plain import VARIANTS as PAIR_VARIANTS
+from bench.vs_plain import train_window
+
 REPO = Path(__file__).resolve().parent.parent
 
-VARIANTS: dict[str, list[str]] = {
-    "shipped": [],
-    "lightning_alone": ["--loop", "trainer", "--harness", "off"],
-    "fabric_alone": ["--harness", "off", "--no-progress-bar"],
-}
+# train.py as shipped and bench.vs_plain's one-change-at-a-time variants: the same names, the same arguments.
+VARIANTS: dict[str, list[str]] = {"shipped": [], **PAIR_VARIANTS}
 # The training loops' own files (--loop fabric, --loop trainer): a main-thread sample outside both is start-up or
 # the end of the run.
 TRAINING_LOOPS = ("harness/train/fabric_loop.py", "lightning/pytorch/loops/training_epoch_loop.py")
@@ -63,6 +63,11 @@ BLOCKING = frozenset({
     "take_gil", "std::condition_variable::wait", "std::condition_variable::__wait_until_impl",
     "torch::autograd::ReadyQueue::pop", "Condition.wait", "Event.wait", "Thread.join", "Thread._wait_for_tstate_lock",
 })  # fmt: skip
+# A blocked --native sample waits for the GIL where its wait is CPython's take_gil: py-spy folds the interpreter's own
+# frames into the Python frame they run, so that wait shows as a condition wait right under a Python frame; where a C
+# extension takes the GIL back, under one of these exported functions (take_gil itself, if it has a symbol).
+GIL_TAKERS = frozenset({"take_gil", "PyEval_RestoreThread", "PyEval_AcquireThread", "PyGILState_Ensure"})
+CONDITION_WAITS = frozenset({"pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait"})
 
 
 def frame_file(frame: str) -> str:
@@ -105,7 +110,7 @@ def read_samples(raw: Path) -> Iterator[tuple[str, list[str], int]]:
         elif any("Engine::thread_main" in f for f in frames):
             thread = "autograd"
         else:
-            thread = thread_id
+            thread = head.partition(": ")[2] or thread_id  # py-spy's head: 'thread (TID): NAME' once Python named it
         yield thread, frames, int(count)
 
 
@@ -142,7 +147,7 @@ def profile(args: argparse.Namespace, name: str, extra: list[str], out: Path) ->
     if args.image_size:
         train += ["--image-size", str(args.image_size)]
     # --native pauses the process at each sample to unwind its C stacks (py-spy cannot do both): fewer samples.
-    how = ["--native"] if args.native else ["--nonblocking"]
+    how = ["--native", "--idle"] if args.native else ["--nonblocking"]  # --idle: a thread waiting for the GIL too
     record = [args.py_spy, "record", "--threads", *how, "--rate", str(args.rate), "--format", "raw", "-o", str(raw)]
     if args.attach_after > 0:
         return profile_window(args, name, train, record, env, out)
@@ -162,8 +167,6 @@ def profile_window(
     cuDNN's autotuning and kernel compilation (which swamp a whole run's native samples) are left out. The samples
     are put per step by the run's own window time per step (its summary, or --harness off's end line); a paused
     process runs slower while sampled, so the figures compare variants rather than give exact ms."""
-    from bench.vs_plain import train_window
-
     log = out / f"{name}.log"
     with open(log, "w") as stdout:
         train_proc = subprocess.Popen(train, cwd=REPO, env=env, stdout=stdout, stderr=subprocess.STDOUT, text=True)
@@ -187,6 +190,16 @@ def profile_window(
     return {"window_ms_per_step": ms_per_step, "threads": leaves(out / f"{name}.txt", args.rate, steps)}
 
 
+def waits_for_gil(frames: list[str]) -> bool:
+    """Whether a --native sample is a thread waiting for the GIL (GIL_TAKERS says how that shows)."""
+    if any(function_name(frame) in GIL_TAKERS for frame in frames):
+        return True
+    for k in range(len(frames) - 1, max(len(frames) - 5, 0), -1):
+        if function_name(frames[k]) in CONDITION_WAITS:
+            return frame_file(frames[k - 1]).endswith(".py")
+    return False
+
+
 def leaf_name(frames: list[str]) -> str:
     """Where a --native sample was: its leaf's function ('at::native::add_out (libtorch_cpu.so)' ->
     'at::native::add_out'), or for an address without a symbol its library and the nearest caller that has one
@@ -199,20 +212,28 @@ def leaf_name(frames: list[str]) -> str:
 
 
 def native_leaves(raw: Path, rate: int, steps: float, top: int = 12) -> dict:
-    """--native: per thread (main, autograd's, the others by id; the six busiest), the ms per step of samples in each
+    """--native: per thread (main, autograd's, the others by name; the six busiest), the ms per step of samples in each
     leaf function (where the CPU was), busiest first; a leaf without a symbol counts for its library. Samples of a
-    blocked thread (BLOCKING) are left out."""
+    blocked thread (BLOCKING) are left out of those, and the ones among them that wait for the GIL (GIL_TAKERS: seen
+    only where py-spy was given --idle, which keeps sleeping threads' samples) are counted apart."""
     threads: dict[str, dict] = {}
     for thread, frames, count in read_samples(raw):
+        entry = threads.setdefault(thread, {"samples": 0, "gil_wait": 0, "leaves": collections.Counter()})
         if any(function_name(frame) in BLOCKING for frame in frames[-4:]):
+            if waits_for_gil(frames):
+                entry["gil_wait"] += count
             continue
-        entry = threads.setdefault(thread, {"samples": 0, "leaves": collections.Counter()})
         entry["samples"] += count
         entry["leaves"][leaf_name(frames)] += count
     to_ms = 1e3 / rate / steps
+    busiest = sorted(threads.items(), key=lambda kv: -(kv[1]["samples"] + kv[1]["gil_wait"]))[:6]
     return {
-        thread: {"ms_per_step": e["samples"] * to_ms, "top": [(f, n * to_ms) for f, n in e["leaves"].most_common(top)]}
-        for thread, e in sorted(threads.items(), key=lambda kv: -kv[1]["samples"])[:6]
+        thread: {
+            "ms_per_step": e["samples"] * to_ms,
+            "gil_wait_ms_per_step": e["gil_wait"] * to_ms,
+            "top": [(f, n * to_ms) for f, n in e["leaves"].most_common(top)],
+        }
+        for thread, e in busiest
     }
 
 
@@ -264,7 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {name}: ms of {what} samples per step (py-spy at {args.rate} Hz over {over}{window})")
         for thread, entry in result["threads"].items():
             harness = f", of which harness {entry['harness_ms_per_step']:.2f}" if "harness_ms_per_step" in entry else ""
-            print(f"   {thread}: {entry['ms_per_step']:.2f} ms{harness}")
+            waits = entry.get("gil_wait_ms_per_step")
+            gil = f", waiting for the GIL {waits:.2f} ms" if waits is not None else ""
+            print(f"   {thread}: {entry['ms_per_step']:.2f} ms{harness}{gil}")
             for who, ms in entry["top"]:
                 print(f"      {ms:6.3f} ms  {who}")
     return 0
