@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 
+from harness.common import thread_cpu
 from harness.common.metrics import percentile
 
 
@@ -26,6 +27,19 @@ def time_block(step: Callable[[], None], steps: int, cuda: bool) -> float:
     if cuda:
         torch.cuda.synchronize()
     return (time.perf_counter() - start) * 1e3 / steps
+
+
+def time_block_threads(step: Callable[[], None], steps: int, cuda: bool) -> thread_cpu.WindowTimes:
+    """`time_block`, with each clock's ms per step: wall, the process's CPU and each thread's (which thread a variant's
+    extra host time is on: the main thread, or autograd's, where a comm hook runs)."""
+    if cuda:
+        torch.cuda.synchronize()
+    start = thread_cpu.read_clocks()
+    for _ in range(steps):
+        step()
+    if cuda:
+        torch.cuda.synchronize()
+    return thread_cpu.window_times(start, thread_cpu.read_clocks(), steps)
 
 
 def interleave(runners: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:

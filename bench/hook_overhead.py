@@ -25,8 +25,9 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from bench.ab import interleave, summarize, time_block
+from bench.ab import interleave, summarize, time_block, time_block_threads
 from harness.common.local_launch import spawn_local
+from harness.common.metrics import percentile
 from harness.common.run_info import run_info
 from harness.train.hook import make_hook_state, register_timed_hook
 from harness.train.step_stats import step_stats
@@ -49,6 +50,8 @@ class Variant:
         elif hook == "torch_hook":
             self.ddp.register_comm_hook(None, default_hooks.allreduce_hook)
         self.step_index = 0
+        self.hook_host_ms: list[float] = []
+        self.buckets = 0
         self.world_size = dist.get_world_size()
 
     def step(self) -> None:
@@ -56,7 +59,11 @@ class Variant:
             self.state.stamps.end(self.step_index - 1)
             done = self.step_index - 2
             if done >= 0:
-                step_stats(self.state.stamps.resolve(done), 1.0, self.world_size)
+                resolved = self.state.stamps.resolve(done)
+                step_stats(resolved, 1.0, self.world_size)
+                # The hook's own calls, entry to return on autograd's thread, summed over the step's buckets.
+                self.hook_host_ms.append(sum(t.host_ms for t in resolved.timings))
+                self.buckets = len(resolved.timings)
             self.state.begin_step(self.step_index)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
         with autocast:
@@ -84,11 +91,15 @@ def worker(args: argparse.Namespace) -> None:
     variants = {name: Variant(copy.deepcopy(base), device, name, spec, batch, cuda) for name in VARIANTS}
     for variant in variants.values():  # warm-up: bucket rebuild, cuDNN autotuning, allocator
         time_block(variant.step, args.warmup_steps, cuda)
-    runners = {
-        name: functools.partial(time_block, variant.step, args.steps_per_block, cuda)
-        for name, variant in variants.items()
-    }
-    samples = interleave(runners, args.blocks)
+    threads_ms: dict[str, dict[str, list[float]]] = {name: {} for name in variants}
+
+    def run_block(name: str) -> float:
+        times = time_block_threads(variants[name].step, args.steps_per_block, cuda)
+        for label, ms in times.threads_ms.items():
+            threads_ms[name].setdefault(label, []).append(ms)
+        return times.wall_ms
+
+    samples = interleave({name: functools.partial(run_block, name) for name in variants}, args.blocks)
     if rank == 0:
         record = {
             "bench": "hook_overhead",
@@ -98,8 +109,16 @@ def worker(args: argparse.Namespace) -> None:
             "image_size": args.image_size,
             "world_size": dist.get_world_size(),
             "steps_per_block": args.steps_per_block,
-            "nccl_timing": args.nccl_timing,
+            "nccl_timing": os.environ.get("TORCH_NCCL_ENABLE_TIMING") == "1",
             **summarize(samples, "plain"),
+            # Each thread's CPU ms per step, median over the blocks: on the GPU the main thread runs forward and the
+            # optimizer, autograd's thread backward and the comm hook.
+            "timed_hook_host_ms_per_step_p50": percentile(variants["timed"].hook_host_ms, 50),
+            "timed_buckets": variants["timed"].buckets,
+            "thread_cpu_ms_per_step_p50": {
+                name: {label: percentile(values, 50) for label, values in labels.items()}
+                for name, labels in threads_ms.items()
+            },
             "run_info": run_info(),
         }
         line = json.dumps(record)

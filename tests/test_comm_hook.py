@@ -343,3 +343,33 @@ def test_compression_hooks_use_no_more_memory_than_torchs(tmp_path, hook_name):
     theirs, ours, theirs_again = peak_mib(False), peak_mib(True), peak_mib(False)
     reference = max(theirs, theirs_again)
     assert ours <= reference * 1.02 + 1.0, f"timed {hook_name} hook peaks at {ours:.1f} MiB, torch's at {reference:.1f}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_stamps_are_recorded_on_the_current_stream():
+    """The hook's stamps use their own lookup of the current stream (stamps.current_stream, cheaper than torch's):
+    it must name the stream torch.cuda.current_stream() names, on the default stream and inside a side stream, and a
+    stamp pair around a GPU sleep on a side stream must time that sleep, not the idle default stream."""
+    from harness.train.stamps import StepStamps, current_stream
+
+    torch.cuda.set_device(0)
+    stamps = StepStamps(use_cuda=True)
+    side = torch.cuda.Stream()
+    assert current_stream() == torch.cuda.current_stream()
+    with torch.cuda.stream(side):
+        assert current_stream() == torch.cuda.current_stream() == side
+        before = stamps.now()
+        torch.cuda._sleep(50_000_000)  # tens of ms of GPU time on `side` only
+        after = stamps.now()
+    assert current_stream() == torch.cuda.current_stream() != side
+    torch.cuda.synchronize()
+    slept_ms = stamps.elapsed_ms(before, after)
+    reference_start, reference_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    reference_start.record(side)
+    torch.cuda._sleep(50_000_000)
+    reference_end.record(side)
+    torch.cuda.synchronize()
+    expected_ms = reference_start.elapsed_time(reference_end)
+    assert expected_ms > 5
+    assert abs(slept_ms - expected_ms) < 0.25 * expected_ms, (slept_ms, expected_ms)

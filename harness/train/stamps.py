@@ -125,6 +125,27 @@ class ResolvedStep(NamedTuple):
     marks: dict[str, float] | None = None  # the extra stamps (`StepStamps.mark`), ms from the start; or None
 
 
+_CudaEventBase = getattr(torch._C, "_CudaEventBase", None)  # what torch.cuda.Event.record calls once it has a stream
+# A Stream object per (stream id, device index, device type): CUDA's current stream on a device is one of a bounded
+# set (the default stream, the pools' streams, the user's).
+_STREAMS: dict[tuple[int, int, int], torch.cuda.Stream] = {}
+
+
+def current_stream() -> torch.cuda.Stream:
+    """`torch.cuda.current_stream()`, from two C calls and a cache.
+
+    Why: the hook stamps three times a bucket on the autograd thread, which on a host-bound GPU step is the step's
+    critical path. torch.cuda.current_stream() builds a new Stream through several Python layers each call (the device
+    index, CUDA's availability read from the environment, Stream.__new__); this asks CUDA's current stream of the
+    current device directly and reuses the Stream object made for it the first time.
+    """
+    key = torch._C._cuda_getCurrentStream(torch._C._cuda_getDevice())
+    stream = _STREAMS.get(key)
+    if stream is None:
+        stream = _STREAMS.setdefault(key, torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2]))
+    return stream
+
+
 class EventPool:
     """Reuses CUDA timing events, so a long run creates a bounded number of them."""
 
@@ -157,10 +178,11 @@ class StepStamps:
         self._marks: dict[int, dict[str, Stamp]] = {}
 
     def now(self) -> Stamp:
-        """A time stamp on the timeline of the step starts: a recorded CUDA event, or a monotonic clock."""
+        """A time stamp on the timeline of the step starts: a CUDA event recorded on the current stream, or a monotonic
+        clock."""
         if self.use_cuda:
             event = self.events.acquire()
-            event.record()
+            _CudaEventBase.record(event, current_stream())
             return event
         return time.perf_counter_ns()
 
