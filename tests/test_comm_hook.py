@@ -366,9 +366,10 @@ def test_stamps_are_recorded_on_the_current_stream():
     torch.cuda.synchronize()
     slept_ms = stamps.elapsed_ms(before, after)
     reference_start, reference_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    reference_start.record(side)
-    torch.cuda._sleep(50_000_000)
-    reference_end.record(side)
+    with torch.cuda.stream(side):  # the same sleep, timed by torch's own events
+        reference_start.record()
+        torch.cuda._sleep(50_000_000)
+        reference_end.record()
     torch.cuda.synchronize()
     expected_ms = reference_start.elapsed_time(reference_end)
     assert expected_ms > 5
