@@ -8,7 +8,6 @@ never a single mean.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import torch
@@ -19,14 +18,7 @@ from harness.common.metrics import percentile
 
 def time_block(step: Callable[[], None], steps: int, cuda: bool) -> float:
     """Milliseconds per step over `steps` calls, with the device drained before and after."""
-    if cuda:
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    if cuda:
-        torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e3 / steps
+    return time_block_threads(step, steps, cuda).wall_ms
 
 
 def time_block_threads(step: Callable[[], None], steps: int, cuda: bool) -> thread_cpu.WindowTimes:
@@ -34,7 +26,7 @@ def time_block_threads(step: Callable[[], None], steps: int, cuda: bool) -> thre
     extra host time is on: the main thread, or autograd's, where a comm hook runs)."""
     if cuda:
         torch.cuda.synchronize()
-    start = thread_cpu.read_clocks()
+    start = thread_cpu.read_clocks(opening=True)
     for _ in range(steps):
         step()
     if cuda:

@@ -91,6 +91,7 @@ def worker(args: argparse.Namespace) -> None:
     variants = {name: Variant(copy.deepcopy(base), device, name, spec, batch, cuda) for name in VARIANTS}
     for variant in variants.values():  # warm-up: bucket rebuild, cuDNN autotuning, allocator
         time_block(variant.step, args.warmup_steps, cuda)
+        variant.hook_host_ms.clear()  # the measured blocks' steps only
     threads_ms: dict[str, dict[str, list[float]]] = {name: {} for name in variants}
 
     def run_block(name: str) -> float:

@@ -63,11 +63,16 @@ BLOCKING = frozenset({
     "take_gil", "std::condition_variable::wait", "std::condition_variable::__wait_until_impl",
     "torch::autograd::ReadyQueue::pop", "Condition.wait", "Event.wait", "Thread.join", "Thread._wait_for_tstate_lock",
 })  # fmt: skip
-# A blocked --native sample waits for the GIL where its wait is CPython's take_gil: py-spy folds the interpreter's own
-# frames into the Python frame they run, so that wait shows as a condition wait right under a Python frame; where a C
-# extension takes the GIL back, under one of these exported functions (take_gil itself, if it has a symbol).
-GIL_TAKERS = frozenset({"take_gil", "PyEval_RestoreThread", "PyEval_AcquireThread", "PyGILState_Ensure"})
-CONDITION_WAITS = frozenset({"pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait"})
+# How a blocked --native sample that waits for the GIL looks. py-spy folds CPython's own frames (take_gil included)
+# into the Python frame they run, or drops them where a C extension called them, so the wait is a timed condition wait
+# (CPython's GIL waits with a timeout) right under a Python frame or under the C function that takes the GIL back
+# (torch's bindings, pybind11's ~gil_scoped_release). What is not a GIL wait: a Python frame that blocks on a lock
+# of its own (BLOCKING's Python names: Condition.wait, ...), C functions that do (WAITS_OF_THEIR_OWN), C++'s
+# condition variables, and untimed or semaphore waits.
+WAITS_OF_THEIR_OWN = frozenset({
+    "_queue_SimpleQueue_get_impl", "_queue_SimpleQueue_get", "lock_PyThread_acquire_lock", "rlock_acquire",
+    "PyThread_acquire_lock_timed", "acquire_timed",
+})  # fmt: skip
 
 
 def frame_file(frame: str) -> str:
@@ -191,12 +196,14 @@ def profile_window(
 
 
 def waits_for_gil(frames: list[str]) -> bool:
-    """Whether a --native sample is a thread waiting for the GIL (GIL_TAKERS says how that shows)."""
-    if any(function_name(frame) in GIL_TAKERS for frame in frames):
-        return True
+    """Whether a --native sample is a thread waiting for the GIL (WAITS_OF_THEIR_OWN's comment says how that shows)."""
     for k in range(len(frames) - 1, max(len(frames) - 5, 0), -1):
-        if function_name(frames[k]) in CONDITION_WAITS:
-            return frame_file(frames[k - 1]).endswith(".py")
+        if function_name(frames[k]) == "pthread_cond_timedwait":
+            caller = function_name(frames[k - 1])
+            if frame_file(frames[k - 1]).endswith(".py"):
+                return caller not in BLOCKING
+            # An address without a symbol could be anything: not counted, so the figure is a floor.
+            return caller not in WAITS_OF_THEIR_OWN and not caller.startswith(("std::", "0x"))
     return False
 
 

@@ -101,7 +101,7 @@ def timed_run(step: Callable[[], None], steps: int, window_start: int, cuda: boo
         if i in (window_start, last):
             if cuda:
                 torch.cuda.synchronize()
-            now = read_clocks()
+            now = read_clocks(opening=i == window_start)
             if i == window_start:
                 start = now
             else:

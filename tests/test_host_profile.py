@@ -1,9 +1,13 @@
 """bench.host_profile's reading of py-spy's --native samples: which thread ran, and which waited for the GIL.
 
-The stacks but RETAKE are py-spy 0.4.3's own output (`record --native --idle --threads --format raw`), taken on this
-machine from three Python threads burning CPU (two of three wait for the GIL at any time) and from train.py's harness
-thread idle between jobs. py-spy folds CPython's eval loop, take_gil included, into the Python frame it runs, which
-is why a GIL wait shows as a condition wait right under a Python frame.
+Every stack is py-spy 0.4.3's own output (`record --native --idle --threads --format raw`), its last frames kept:
+- GIL_WAIT, RUNNING: three Python threads burning CPU on this machine (Python 3.11), two of three waiting for the GIL
+  at any time;
+- QUEUE_WAIT: train.py's harness thread idle between jobs, on this machine;
+- RETAKE_*, WRITER_*: train.py on the lent H100 (Python 3.12, torch 2.11), 2026-12-05: the main thread taking the GIL
+  back after a torch call, TensorBoard's writer thread after a file write, and the same thread waiting for its queue.
+py-spy folds CPython's eval loop, take_gil included, into the Python frame it runs (or drops it under a C caller),
+which is why a GIL wait shows as a timed condition wait right under a Python frame or a C binding.
 """
 
 from pathlib import Path
@@ -20,19 +24,38 @@ QUEUE_WAIT = (
     "StepWorker._serve (harness/train/step_worker.py:68);_queue_SimpleQueue_get (_queuemodule.c.h:177);"
     "_queue_SimpleQueue_get_impl (_queuemodule.c:256);pthread_cond_timedwait (libc.so.6);0x7f1067ca3f16 (libc.so.6)"
 )
-# Written by hand, not captured: a C extension's call taking the GIL back through CPython's exported function.
-RETAKE = "Event.record (torch/cuda/streams.py:190);PyEval_RestoreThread (libpython3.12.so);pthread_cond_wait (libc.so)"
+RETAKE_BINDING = (
+    "StepStamps.now (harness/train/stamps.py:163);Event.record (torch/cuda/streams.py:209);"
+    "THCPEvent_record (libtorch_python.so);pthread_cond_timedwait (libc.so.6);0x7f0e00498e51 (libc.so.6)"
+)
+RETAKE_PYBIND = (
+    "_make_grads (torch/autograd/__init__.py:231);torch::autograd::THPVariable_ones_like (libtorch_python.so);"
+    "pybind11::gil_scoped_release::~gil_scoped_release (libtorch_python.so);pthread_cond_timedwait (libc.so.6);"
+    "0x7ff575698e51 (libc.so.6)"
+)
+WRITER_GIL = (
+    "LocalFileSystem.append (tensorboard/compat/tensorflow_stub/io/gfile.py:167);LocalFileSystem._write "
+    "(tensorboard/compat/tensorflow_stub/io/gfile.py:171);pthread_cond_timedwait (libc.so.6);0x7ff575698e51 (libc.so.6)"
+)
+WRITER_QUEUE = (
+    "Queue.get (queue.py:180);Condition.wait (threading.py:359);pthread_cond_timedwait (libc.so.6);"
+    "0x7ff575698e51 (libc.so.6)"
+)
+AUTOGRAD_IDLE = (
+    "torch::autograd::Engine::thread_main (libtorch_cpu.so);torch::autograd::ReadyQueue::pop (libtorch_cpu.so);"
+    "std::condition_variable::wait (libstdc++.so.6);pthread_cond_wait (libc.so.6);0x7f0e00498e51 (libc.so.6)"
+)
 
 
 def frames(stack: str) -> list[str]:
     return (PREFIX + THREAD + stack).split(";")
 
 
-def test_a_condition_wait_under_a_python_frame_is_the_gil() -> None:
-    assert waits_for_gil(frames(GIL_WAIT))
-    assert waits_for_gil(frames(RETAKE))  # a C extension taking the GIL back
-    assert not waits_for_gil(frames(QUEUE_WAIT))  # a Python queue's own wait, in C
-    assert not waits_for_gil(frames(RUNNING))
+def test_a_timed_condition_wait_under_a_python_frame_or_a_binding_is_the_gil() -> None:
+    for stack in (GIL_WAIT, RETAKE_BINDING, RETAKE_PYBIND, WRITER_GIL):
+        assert waits_for_gil(frames(stack)), stack
+    for stack in (QUEUE_WAIT, WRITER_QUEUE, AUTOGRAD_IDLE, RUNNING):  # waits of their own, and a running thread
+        assert not waits_for_gil(frames(stack)), stack
 
 
 def test_native_leaves_counts_running_and_gil_waits_per_thread(tmp_path: Path) -> None:

@@ -41,11 +41,12 @@ class Clocks(NamedTuple):
     threads: ThreadTimes
 
 
-def read_clocks() -> Clocks:
-    """The clocks a timed window reads at each end (after the caller drained the GPU). /proc is read last: it costs a
-    file read per thread, which the wall and CPU clocks should not include."""
+def read_clocks(opening: bool = False) -> Clocks:
+    """The clocks a timed window reads at each end (after the caller drained the GPU). /proc costs a file read per
+    thread, which the wall and CPU clocks should not include: a window's opening reads it first, its close last."""
+    threads = thread_cpu_s() if opening else None
     wall, thread, process = time.perf_counter(), time.thread_time(), time.process_time()
-    return Clocks(wall, thread, process, thread_cpu_s())
+    return Clocks(wall, thread, process, threads if threads is not None else thread_cpu_s())
 
 
 class WindowTimes(NamedTuple):

@@ -100,10 +100,10 @@ class WindowClock(pl.Callback):
         self.train_s = float("nan")
         self.steps = 0
 
-    def _now(self) -> Clocks:
+    def _now(self, opening: bool = False) -> Clocks:
         if self.cuda:
             torch.cuda.synchronize()
-        return read_clocks()
+        return read_clocks(opening)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._train_start = time.perf_counter()
@@ -111,7 +111,7 @@ class WindowClock(pl.Callback):
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int):
         step = trainer.global_step
         if step == self.first and self._start is None and self.first < self.last:
-            self._start = self._now()
+            self._start = self._now(opening=True)
         elif step == self.last and self._end is None and self._start is not None:
             self._end = self._now()
 
