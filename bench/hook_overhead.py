@@ -9,6 +9,10 @@ The variants are DDP copies of one model with the same weights and batch:
 - timed: the timed allreduce hook plus the per-step work the training callback does (begin the step,
   resolve the step two back, compute its statistics). TensorBoard writing is not included here;
   bench.trainer_overhead measures the whole harness trainer.
+
+Besides the step-time ratios it reports each thread's CPU per step per variant (on the GPU, autograd's thread runs
+backward and the hook) and each hook's own host time per step, its calls timed entry to return by one wrapper for
+both hooks: what the timed hook costs the thread that runs it, against torch's own hook.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import copy
 import functools
 import json
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -29,7 +34,7 @@ from bench.ab import interleave, summarize, time_block, time_block_threads
 from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
-from harness.train.hook import make_hook_state, register_timed_hook
+from harness.train.hook import TIMED_HOOKS, make_hook_state
 from harness.train.step_stats import step_stats
 from models import get_model_spec
 
@@ -45,14 +50,28 @@ class Variant:
         self.opt = torch.optim.SGD(self.ddp.parameters(), lr=0.01, momentum=0.9)
         self.spec, self.batch, self.bf16, self.cuda = spec, batch, bf16, cuda
         self.state = make_hook_state("allreduce", self.ddp.module, use_cuda=cuda) if hook == "timed" else None
-        if self.state is not None:
-            register_timed_hook(self.ddp, self.state)
-        elif hook == "torch_hook":
-            self.ddp.register_comm_hook(None, default_hooks.allreduce_hook)
-        self.step_index = 0
-        self.hook_host_ms: list[float] = []
+        self.hook_host_ms: list[float] = []  # per step: the hook's calls, entry to return, summed over the buckets
+        self._hook_ns = 0
         self.buckets = 0
+        if self.state is not None:
+            self.ddp.register_comm_hook(self.state, self._host_timed(TIMED_HOOKS["allreduce"]))
+        elif hook == "torch_hook":
+            self.ddp.register_comm_hook(None, self._host_timed(default_hooks.allreduce_hook))
+        self.step_index = 0
         self.world_size = dist.get_world_size()
+
+    def _host_timed(self, hook):
+        """`hook`, its calls timed on the thread that makes them (autograd's, on the GPU): both hooks the same way,
+        so the timed hook's host cost is read against torch's own."""
+
+        @functools.wraps(hook)
+        def timed(state, bucket):
+            start = time.perf_counter_ns()
+            future = hook(state, bucket)
+            self._hook_ns += time.perf_counter_ns() - start
+            return future
+
+        return timed
 
     def step(self) -> None:
         if self.state is not None:
@@ -61,14 +80,15 @@ class Variant:
             if done >= 0:
                 resolved = self.state.stamps.resolve(done)
                 step_stats(resolved, 1.0, self.world_size)
-                # The hook's own calls, entry to return on autograd's thread, summed over the step's buckets.
-                self.hook_host_ms.append(sum(t.host_ms for t in resolved.timings))
                 self.buckets = len(resolved.timings)
             self.state.begin_step(self.step_index)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
         with autocast:
             loss = self.spec.loss(self.ddp, self.batch)
         loss.backward()
+        if self._hook_ns:
+            self.hook_host_ms.append(self._hook_ns / 1e6)
+            self._hook_ns = 0
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.step_index += 1
@@ -114,7 +134,9 @@ def worker(args: argparse.Namespace) -> None:
             **summarize(samples, "plain"),
             # Each thread's CPU ms per step, median over the blocks: on the GPU the main thread runs forward and the
             # optimizer, autograd's thread backward and the comm hook.
+            # The hooks' calls, entry to return, summed over a step's buckets (both timed by the same wrapper).
             "timed_hook_host_ms_per_step_p50": percentile(variants["timed"].hook_host_ms, 50),
+            "torch_hook_host_ms_per_step_p50": percentile(variants["torch_hook"].hook_host_ms, 50),
             "timed_buckets": variants["timed"].buckets,
             "thread_cpu_ms_per_step_p50": {
                 name: {label: percentile(values, 50) for label, values in labels.items()}
