@@ -132,12 +132,12 @@ def worker(args: argparse.Namespace) -> None:
             "steps_per_block": args.steps_per_block,
             "nccl_timing": os.environ.get("TORCH_NCCL_ENABLE_TIMING") == "1",
             **summarize(samples, "plain"),
-            # Each thread's CPU ms per step, median over the blocks: on the GPU the main thread runs forward and the
-            # optimizer, autograd's thread backward and the comm hook.
             # The hooks' calls, entry to return, summed over a step's buckets (both timed by the same wrapper).
             "timed_hook_host_ms_per_step_p50": percentile(variants["timed"].hook_host_ms, 50),
             "torch_hook_host_ms_per_step_p50": percentile(variants["torch_hook"].hook_host_ms, 50),
             "timed_buckets": variants["timed"].buckets,
+            # Each thread's CPU ms per step, median over the blocks: on the GPU the main thread runs forward and the
+            # optimizer, autograd's thread backward and the comm hook.
             "thread_cpu_ms_per_step_p50": {
                 name: {label: percentile(values, 50) for label, values in labels.items()}
                 for name, labels in threads_ms.items()
