@@ -440,6 +440,37 @@ def test_inrun_fit_held_by_a_slow_small_bucket_takes_the_busy_time_line():
     assert predicted == pytest.approx(sum(t for _, t in sizes_ms), rel=0.12)  # 354 ms against 395 measured
 
 
+def test_inrun_fit_slower_than_the_step_takes_the_steps_rate_and_alpha_after_backward():
+    """gpt2 over two tbf-shaped hosts at 2000 Mbit/s, the base run of 15:03 UTC on 2026-12-05 (docs/BENCHMARKS.md): its
+    first bucket waited for the slower rank (145.5 ms, where the other two bases' took 45-47 ms), so the lower
+    envelope's line ran through it and the last bucket: α = 77 ms at 0.138 GB/s, slower than the step's own 0.216 GB/s
+    over its busy time, and the 5 MiB settings came out 23-32 % slow. The rate is then the step's, and α what the
+    calibration's all_reduces after backward (ranks lined up, nothing else running) took beyond their bytes at it:
+    nothing, here. Validated on that grid's 18 measured runs, the base's worst error went from 31.5 % to 9.4 %."""
+    sizes_ms = [(9446400, 145.5), *zip([28351488] * 11, [319.0, 394.9, 500.0, 570.0, 637.1, 740.0, 831.9, 865.8,
+                942.2, 999.4, 1060.3], strict=True), (176446464, 1359.3)]  # fmt: skip
+    buckets = [
+        {"index": i, "bytes": s, "numel": s // 4, "time_ms_p50": t, "time_source": "cpu_clock", "dtype": "float32"}
+        for i, (s, t) in enumerate(sizes_ms)
+    ]
+    after = {  # the run's fastest all_reduces after backward of each size (ms), and a probe in another dtype
+        "dtype": ["float32", "float32", "float32", "float32", "bfloat16"],
+        "bytes": [18902016, 21264384, 25982976, 154389504, 77194752],
+        "ms": [78.6, 89.2, 108.2, 648.4, 301.0],
+    }
+    summary = {"world_size": 2, "buckets": buckets, "totals": {"busbw_gbps_p50": 0.21603}}
+    envelope = network_from_run(summary, "run")  # no calibration after backward: the envelope, as before
+    assert envelope.alpha_us == pytest.approx(76_830, rel=0.01)
+    assert envelope.busbw_gbps == pytest.approx(0.1376, rel=0.01)
+    network = network_from_run({**summary, "after_backward_all_reduces": after}, "run")
+    assert network.busbw_gbps == 0.21603 and network.alpha_us == 0.0  # 78.6 ms < 18.9 MB at 0.216 GB/s (87.5 ms)
+    assert "the lower envelope's 0.138 GB/s being slower" in network.source
+    # At a faster step rate the same collectives leave a fixed cost: 18.9 MB at 0.3 GB/s is 63.0 ms of 78.6.
+    faster_step = {**summary, "totals": {"busbw_gbps_p50": 0.3}, "after_backward_all_reduces": after}
+    faster = network_from_run(faster_step, "run")
+    assert faster.alpha_us == pytest.approx(78_600 - 18902016 / 0.3e3)
+
+
 def test_permutation_p():
     assert permutation_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(1 / 20)
     assert permutation_p([4.0, 5.0, 6.0], [1.0, 2.0, 3.0]) == pytest.approx(1.0)

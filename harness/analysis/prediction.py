@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -220,6 +221,19 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
                 how += f"; the lower envelope missed the buckets' summed time by {envelope_error:.0%}"
             alpha, busbw = busy_alpha, step_busbw
             worst = max((t - busy.all_reduce_us(s, world)) / t for s, t in points)
+    clean_alpha = after_backward_alpha(summary, step_busbw, world) if is_finite(step_busbw) else None
+    if how == "lower envelope" and clean_alpha is not None and busbw < step_busbw:
+        # The envelope carries the bytes slower than the step did over its busy time, which the model, sending one
+        # collective's bytes at a time, cannot do: its line went through buckets that waited, not through the link.
+        # The step's rate, then; and α not from the buckets (a first bucket that waited for a slower rank holds it
+        # up: gpt2 over two shaped hosts, 145 ms against 45 in the other runs, docs/BENCHMARKS.md) but from the
+        # calibration's all_reduces after backward, which start with the ranks lined up and nothing else running.
+        how = (
+            f"the step's busy-time bandwidth, the lower envelope's {busbw:.3g} GB/s being slower; α: the least any "
+            "calibration all_reduce after backward took beyond its bytes at that rate"
+        )
+        alpha, busbw = clean_alpha, step_busbw
+        worst = max((t - Network(alpha, busbw, world).all_reduce_us(s, world)) / t for s, t in points)
     sources = sorted({b.get("time_source") or "?" for b in summary.get("buckets", [])})
     source = f"in-run fit ({how}) of {run}'s {len(points)} buckets ({world} ranks, {', '.join(sources)} times)"
     network = Network(
@@ -232,6 +246,30 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
         fit_range_bytes=(min(s for s, _ in points), max(s for s, _ in points)),
     )
     return with_run_rates(network, summary, after_backward=True)
+
+
+def after_backward_rows(summary: dict[str, Any]) -> Iterator[tuple[str, int, float]]:
+    """(dtype, bytes, ms) of each all_reduce the run made after backward (summary.json's after_backward_all_reduces)."""
+    recorded = summary.get("after_backward_all_reduces") or {}
+    return zip(recorded.get("dtype", []), recorded.get("bytes", []), recorded.get("ms", []), strict=False)
+
+
+def after_backward_alpha(summary: dict[str, Any], busbw_gbps: float, world: int) -> float | None:
+    """α from the run's all_reduces after backward in the buckets' dtype (after_backward_all_reduces): the least any
+    took beyond its bytes at `busbw_gbps`, at least 0; None where the run made none (one rank, no calibration).
+
+    Those collectives hold no wait for a slower rank (calibration lines the ranks up first) and no queue (one at a
+    time, with backward over), so what they take beyond their bytes bounds the fixed cost from above."""
+    if world < 2 or not busbw_gbps > 0:
+        return None
+    wire = next((b["dtype"] for b in summary.get("buckets", []) if b.get("dtype")), "float32")
+    probe = Network(0.0, busbw_gbps, world)
+    beyond = [
+        1e3 * ms - probe.all_reduce_us(size, world)
+        for dtype, size, ms in after_backward_rows(summary)
+        if dtype == wire and size > 0 and is_finite(ms)
+    ]
+    return max(0.0, min(beyond)) if beyond else None
 
 
 def with_run_latency(network: Network, summary: dict[str, Any]) -> Network:
@@ -296,11 +334,9 @@ def after_backward_busbw(summary: dict[str, Any], alpha_us: float, world: int) -
     each stamped apart from the copies around it (calibration.py). B_bus = S × 2(n−1)/n / (t − α) per
     collective, its median, over the collectives that took at least 2α (where α takes most of the time, t − α is
     noise over a small remainder). Empty where the run has none (world size 1, no calibration, an older train.py)."""
-    recorded = summary.get("after_backward_all_reduces") or {}
     factor = busbw_factor("all_reduce", world)
     rates: dict[str, list[float]] = {}
-    rows = zip(recorded.get("dtype", []), recorded.get("bytes", []), recorded.get("ms", []), strict=False)
-    for dtype, size, ms in rows:
+    for dtype, size, ms in after_backward_rows(summary):
         # Only where the bytes, not α, take most of the time (t ≥ 2α: else t − α is noise over a small remainder),
         # and t > α, so that t − α is never 0 (α = 0 and t = 0).
         if factor > 0 and is_finite(ms) and size > 0 and 1e3 * ms >= 2 * alpha_us and 1e3 * ms > alpha_us:
