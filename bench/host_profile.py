@@ -154,24 +154,26 @@ def profile(args: argparse.Namespace, name: str, extra: list[str], out: Path) ->
     # --native pauses the process at each sample to unwind its C stacks (py-spy cannot do both): fewer samples.
     how = ["--native", "--idle"] if args.native else ["--nonblocking"]  # --idle: a thread waiting for the GIL too
     record = [args.py_spy, "record", "--threads", *how, "--rate", str(args.rate), "--format", "raw", "-o", str(raw)]
+    leaves = native_leaves if args.native else attribute
     if args.attach_after > 0:
-        return profile_window(args, name, train, record, env, out)
+        ms_per_step = profile_window(args, name, train, record, env, out)
+        steps = args.duration * 1e3 / ms_per_step
+        return {"window_ms_per_step": ms_per_step, "threads": leaves(raw, args.rate, steps)}
     proc = subprocess.run([*record, "--", *train], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=args.timeout)  # fmt: skip
     if proc.returncode != 0 or not raw.is_file():
         (out / f"{name}.log").write_text(proc.stdout + proc.stderr)
         raise RuntimeError(f"{name}: py-spy/train.py exited {proc.returncode}; the output is in {out / name}.log")
-    leaves = native_leaves if args.native else attribute
     return {"threads": leaves(raw, args.rate, args.steps)}
 
 
 def profile_window(
     args: argparse.Namespace, name: str, train: list[str], record: list[str], env: dict[str, str], out: Path
-) -> dict:
+) -> float:
     """py-spy attached to a running train.py from --attach-after seconds for --duration seconds, so that start-up,
-    cuDNN's autotuning and kernel compilation (which swamp a whole run's native samples) are left out. The samples
-    are put per step by the run's own window time per step (its summary, or --harness off's end line); a paused
-    process runs slower while sampled, so the figures compare variants rather than give exact ms."""
+    cuDNN's autotuning and kernel compilation (which swamp a whole run's native samples) are left out. Returns the
+    run's own window time per step (its summary, or --harness off's end line), by which the samples are put per step;
+    a paused process runs slower while sampled, so the figures compare variants rather than give exact ms."""
     log = out / f"{name}.log"
     with open(log, "w") as stdout:
         train_proc = subprocess.Popen(train, cwd=REPO, env=env, stdout=stdout, stderr=subprocess.STDOUT, text=True)
@@ -189,10 +191,7 @@ def profile_window(
                 train_proc.kill()
     if code != 0:
         raise RuntimeError(f"{name}: train.py exited {code}; its output is in {log}")
-    ms_per_step = train_window(out / "runs" / name, log.read_text())["ms_per_step"]
-    steps = args.duration * 1e3 / ms_per_step
-    leaves = native_leaves if args.native else attribute
-    return {"window_ms_per_step": ms_per_step, "threads": leaves(out / f"{name}.txt", args.rate, steps)}
+    return train_window(out / "runs" / name, log.read_text())["ms_per_step"]
 
 
 def waits_for_gil(frames: list[str]) -> bool:
@@ -221,7 +220,7 @@ def leaf_name(frames: list[str]) -> str:
 def native_leaves(raw: Path, rate: int, steps: float, top: int = 12) -> dict:
     """--native: per thread (main, autograd's, the others by name; the six busiest), the ms per step of samples in each
     leaf function (where the CPU was), busiest first; a leaf without a symbol counts for its library. Samples of a
-    blocked thread (BLOCKING) are left out of those, and the ones among them that wait for the GIL (GIL_TAKERS: seen
+    blocked thread (BLOCKING) are left out of those, and the ones among them that wait for the GIL (waits_for_gil: seen
     only where py-spy was given --idle, which keeps sleeping threads' samples) are counted apart."""
     threads: dict[str, dict] = {}
     for thread, frames, count in read_samples(raw):

@@ -221,8 +221,9 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
                 how += f"; the lower envelope missed the buckets' summed time by {envelope_error:.0%}"
             alpha, busbw = busy_alpha, step_busbw
             worst = max((t - busy.all_reduce_us(s, world)) / t for s, t in points)
-    clean_alpha = after_backward_alpha(summary, step_busbw, world) if is_finite(step_busbw) else None
-    if how == "lower envelope" and clean_alpha is not None and busbw < step_busbw:
+    slower = how == "lower envelope" and is_finite(step_busbw) and busbw < step_busbw
+    clean_alpha = after_backward_alpha(summary, step_busbw, world) if slower else None
+    if clean_alpha is not None:
         # The envelope carries the bytes slower than the step did over its busy time, which the model, sending one
         # collective's bytes at a time, cannot do: its line went through buckets that waited, not through the link.
         # The step's rate, then; and α not from the buckets (a first bucket that waited for a slower rank holds it
@@ -248,6 +249,11 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
     return with_run_rates(network, summary, after_backward=True)
 
 
+def buckets_dtype(summary: dict[str, Any]) -> str:
+    """The dtype the run's buckets went on the wire in (summary.json's buckets), float32 where none says."""
+    return next((b["dtype"] for b in summary.get("buckets", []) if b.get("dtype")), "float32")
+
+
 def after_backward_rows(summary: dict[str, Any]) -> Iterator[tuple[str, int, float]]:
     """(dtype, bytes, ms) of each all_reduce the run made after backward (summary.json's after_backward_all_reduces)."""
     recorded = summary.get("after_backward_all_reduces") or {}
@@ -262,7 +268,7 @@ def after_backward_alpha(summary: dict[str, Any], busbw_gbps: float, world: int)
     time, with backward over), so what they take beyond their bytes bounds the fixed cost from above."""
     if world < 2 or not busbw_gbps > 0:
         return None
-    wire = next((b["dtype"] for b in summary.get("buckets", []) if b.get("dtype")), "float32")
+    wire = buckets_dtype(summary)
     probe = Network(0.0, busbw_gbps, world)
     beyond = [
         1e3 * ms - probe.all_reduce_us(size, world)
@@ -301,8 +307,7 @@ def with_run_rates(network: Network, summary: dict[str, Any], after_backward: bo
     backward) the rate after backward itself. A sweep is a collective after backward already: its rate stays."""
     world = summary.get("world_size") or 1
     # The dtype the network's rates are in: the run's buckets' for its own fit, float32 for a sweep's.
-    run_wire = next((b["dtype"] for b in summary.get("buckets", []) if b.get("dtype")), "float32")
-    wire = run_wire if after_backward else "float32"
+    wire = buckets_dtype(summary) if after_backward else "float32"
     after = after_backward_busbw(summary, network.alpha_at_us(world), world)
     if wire not in after:
         return network
