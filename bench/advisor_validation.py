@@ -12,7 +12,10 @@ other pass reversed), each run's step p50 taken, and the median compared with th
 error = predicted / measured − 1. It prints a Markdown table and the verdicts the issue asks for: the median
 and worst |error|, and whether the recommended setting is the measured best or within the measured spread
 of it (its fastest run no slower than the best setting's slowest). `--two-hosts RATE` runs every train.py on
-two network-namespace hosts joined by a tbf-shaped veth link of RATE Mbit/s, one rank each (root only).
+two network-namespace hosts joined by a tbf-shaped veth link of RATE Mbit/s, one rank each (root only). With
+`--switch` the hosts hang off one switch instead, each by a link of RATE Mbit/s (tests/netns.py,
+switched_hosts): the base run and the grid on --nproc hosts, and each world size of --extrapolate on as many
+hosts, so that a 2-rank run predicts 3 and 4 ranks whose every rank has a link of its own.
 
 A single run is itself a noisy sample. The report's noise floor says how far one run's step lies from the median
 of its setting's other repeats: the error a perfect model, predicting from one run, would still show. With
@@ -71,22 +74,26 @@ def run_base(args: argparse.Namespace, out: Path) -> Path:
     logdir = out / "base"
     schedule = [(1, {"--comm-hook": "allreduce"})]
     train = [*devices(args, args.nproc), *workload_args(args)]
-    run_schedule(args, schedule, logdir, train)
+    run_schedule(args, schedule, logdir, train, args.nproc)
     found = sorted(logdir.glob("*/*/summary.json"))
     if not found:
         sys.exit(f"the base run left no summary.json under {logdir} (see {logdir}/logs)")
     return found[-1].parent
 
 
-def run_schedule(args: argparse.Namespace, schedule: list, logdir: Path, train: list[str]) -> None:
+def run_schedule(args: argparse.Namespace, schedule: list, logdir: Path, train: list[str], ranks: int) -> None:
+    """Run `schedule` under `logdir`: `ranks` ranks on loopback (train.py's --devices, in `train`), or one a
+    namespace host."""
     if args.reuse and any(logdir.glob("*/*/summary.json")):
         print(f"--reuse: the runs already under {logdir}", flush=True)
         return
     grid.prepare_logdir(logdir)
     if args.two_hosts:
-        from tests.two_host_train import run_schedule_on_two_hosts
+        from tests.two_host_train import run_schedule_on_hosts
 
-        run_schedule_on_two_hosts(schedule, args.model, logdir, train, args.two_hosts, timeout_s=args.run_timeout)
+        run_schedule_on_hosts(
+            schedule, args.model, logdir, train, args.two_hosts, ranks, args.switch, timeout_s=args.run_timeout
+        )
     else:
         grid.run_schedule(schedule, args.model, logdir, [], train, SignalLatch().install())
 
@@ -100,14 +107,13 @@ def run_sweep(args: argparse.Namespace, out: Path) -> Path:
         return path
     sweep = ["-m", "harness.raw_sweep", "--collectives", "all_reduce", "-b", "4K", "-e", "64M", "--json", str(path)]
     if args.two_hosts:
-        from tests.netns import two_hosts
-        from tests.two_host_train import run_on_both
+        from tests.two_host_train import run_on_hosts, shaped_hosts
 
-        with two_hosts("hxsw", rate_mbit=args.two_hosts) as hosts:
-            procs = run_on_both(hosts, sweep, timeout_s=args.run_timeout)
+        with shaped_hosts(args.nproc, args.switch, args.two_hosts, "hxsw") as hosts:
+            procs = run_on_hosts(hosts, sweep, timeout_s=args.run_timeout)
         failed = [f"host {n}: {p.stderr.strip()[-500:]}" for n, p in enumerate(procs) if p.returncode != 0]
         if failed:
-            sys.exit(f"the raw sweep over two hosts failed: {'; '.join(failed)}")
+            sys.exit(f"the raw sweep over {args.nproc} hosts failed: {'; '.join(failed)}")
         return path
     cmd = [sys.executable, *sweep, "--nproc", str(args.nproc), "--backend", "gloo"]
     subprocess.run(cmd, cwd=ROOT, check=True, env={**os.environ, **NVLS_OFF_ENV}, stdout=subprocess.DEVNULL)
@@ -182,7 +188,7 @@ def run_grid(args: argparse.Namespace, out: Path, candidates: list[Candidate]) -
     """Every candidate --repeat times, interleaved; the directory the runs are under."""
     logdir = out / "grid"
     train = [*devices(args, args.nproc), *workload_args(args)]
-    run_schedule(args, grid.run_order([config_of(c) for c in candidates], args.repeat), logdir, train)
+    run_schedule(args, grid.run_order([config_of(c) for c in candidates], args.repeat), logdir, train, args.nproc)
     return logdir
 
 
@@ -352,7 +358,7 @@ def validate_world_sizes(
         pred = advice["current"]["predicted_step_ms"]
         logdir = out / f"world{n}"
         schedule = [(r, {"--comm-hook": "allreduce"}) for r in range(1, args.repeat + 1)]
-        run_schedule(args, schedule, logdir, [*devices(args, n), *workload_args(args)])
+        run_schedule(args, schedule, logdir, [*devices(args, n), *workload_args(args)], n)
         runs = [s for v in measured_steps(logdir).values() for s in v]
         if not runs:
             lines.append(f"| {n} | {pred:.1f} | no run | | |")
@@ -383,6 +389,11 @@ def main() -> None:
     )
     parser.add_argument("--two-hosts", type=float, default=0, metavar="RATE", help="two netns hosts, link Mbit/s")
     parser.add_argument(
+        "--switch",
+        action="store_true",
+        help="with --two-hosts: --nproc hosts behind one switch, each link RATE; --extrapolate's sizes on as many",
+    )
+    parser.add_argument(
         "--reuse", action="store_true", help="keep the runs an earlier call left under --out; predict and compare again"
     )
     parser.add_argument(
@@ -398,12 +409,20 @@ def main() -> None:
     if args.pool:
         print(pool_reports([Path(name) for name in args.pool], parser))
         return
+    sizes = [int(n) for n in args.extrapolate.split(",") if n]
+    if args.switch and not args.two_hosts:
+        parser.error("--switch joins namespace hosts: give their link's rate with --two-hosts RATE")
+    if args.two_hosts and not args.switch and (args.nproc != 2 or sizes):
+        parser.error("two hosts joined by one link run 2 ranks: other world sizes need --switch")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sweep = run_sweep(args, out) if args.sweep else None
     caps = [float(c) for c in args.caps.split(",") if c]
     hooks = [h for h in args.hooks.split(",") if h]
-    where = f"2 namespace hosts, tbf {args.two_hosts:g} Mbit/s" if args.two_hosts else f"{args.nproc} ranks, loopback"
+    where = f"{args.nproc} ranks, loopback"
+    if args.two_hosts:
+        joined = "behind one switch, each link" if args.switch else "joined by a link of"
+        where = f"{args.nproc} namespace hosts {joined} tbf {args.two_hosts:g} Mbit/s"
     if args.bases_in_grid:
         report = [f"### {args.model}, {where}, each default-cap allreduce run of the grid as the base", ""]
         report += validate_grid_bases(args, out, caps, hooks, sweep)
@@ -413,7 +432,6 @@ def main() -> None:
         report = [f"### {args.model}, {where}, base run {base}", ""]
         if caps and hooks and args.repeat > 0:
             report += validate_grid(args, out, base, caps, hooks, sweep)
-    sizes = [int(n) for n in args.extrapolate.split(",") if n]
     if sizes:
         report += ["", f"World sizes predicted from the {args.nproc}-rank base run:", ""]
         report += validate_world_sizes(args, out, base, sizes, sweep)

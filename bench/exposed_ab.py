@@ -57,7 +57,7 @@ from pathlib import Path
 from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, check_writable, run_cli
 from harness.common.failures import Interrupted, SignalLatch, signal_name
 from harness.common.names import SUMMARY_FILE
-from tests.netns import TwoHosts, shaping_unavailable, two_hosts
+from tests.netns import Hosts, shaping_unavailable, two_hosts
 from tests.two_host_train import LAUNCHER_VARS, torchrun_command
 
 PROG = "python -m bench.exposed_ab"
@@ -204,7 +204,7 @@ def run_loopback(args: list[str], hook: str, logdir: Path, name: str, timeout_s:
     return read_summary(logdir, name)
 
 
-def run_two_hosts(hosts: TwoHosts, args: list[str], hook: str, logdir: Path, name: str, port: int,
+def run_two_hosts(hosts: Hosts, args: list[str], hook: str, logdir: Path, name: str, port: int,
                   timeout_s: float, signals: SignalLatch | None = None) -> dict:  # fmt: skip
     """train.py with `--comm-hook hook` on both hosts, 1 rank each under `torchrun --nnodes 2`, rendezvous on
     host 0 at `port`; returns the summary that rank 0 (host 0) writes."""
@@ -470,7 +470,7 @@ def _emit(record: dict, out: str | None) -> None:
 
 
 @contextlib.contextmanager
-def _link(cond: Condition, rate_mbit: float) -> Iterator[TwoHosts | None]:
+def _link(cond: Condition, rate_mbit: float) -> Iterator[Hosts | None]:
     """The two shaped hosts for a shaped condition (the rate read back from tc), else nothing."""
     if not cond.shaped:
         yield None
@@ -493,7 +493,7 @@ class Bench:
     signals: SignalLatch
     port: int = MASTER_PORT
 
-    def run(self, cond: Condition, hosts: TwoHosts | None, pair: int, hook: str) -> dict:
+    def run(self, cond: Condition, hosts: Hosts | None, pair: int, hook: str) -> dict:
         """One train.py run in a fresh --logdir; its numbers, also written to --out and stderr at once."""
         name = f"{cond.name}-p{pair}-{hook}"
         logdir = self.root / name

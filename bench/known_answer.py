@@ -31,7 +31,7 @@ from harness.analysis.bucket_layout import model_bucket_layout
 from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, check_writable, run_cli
 from harness.common.names import HOOK_NAMES, SUMMARY_FILE
 from tests.netns import shaping_unavailable, two_hosts
-from tests.two_host_train import MASTER_PORT, run_on_both, train_on_both
+from tests.two_host_train import MASTER_PORT, run_on_hosts, train_on_hosts
 
 PROG = "python -m bench.known_answer"
 # One 4 MiB block's all_reduce takes about 44 ms at this rate, against 80 ms of sleep per block: hidden behind
@@ -73,7 +73,7 @@ def sweep(hosts, port: int) -> list[dict]:
         jsonl = Path(tmp) / "sweep.jsonl"
         args = ["-m", "harness.raw_sweep", "--sizes", SWEEP_SIZES, "--collectives", "all_reduce"]
         args += ["--placements", "in_place", "--mode", "latency", "--timeout", "60", "--json", str(jsonl)]
-        procs = run_on_both(hosts, args, port, RUN_TIMEOUT_S)
+        procs = run_on_hosts(hosts, args, port, RUN_TIMEOUT_S)
         if any(p.returncode != 0 for p in procs):
             raise RuntimeError(f"raw_sweep failed: {procs[0].stderr[-2000:]}{procs[1].stderr[-2000:]}")
         records = [json.loads(line) for line in jsonl.read_text().splitlines()]
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             for index, (cap, hook) in enumerate(settings):
                 port += 1  # a port of its own: the last run's may still be in TIME_WAIT
                 logdir = Path(root) / f"r{repeat}s{index}"
-                procs, run_dir = train_on_both(hosts, train_args(cap, hook, args.steps), logdir, port, RUN_TIMEOUT_S)
+                procs, run_dir = train_on_hosts(hosts, train_args(cap, hook, args.steps), logdir, port, RUN_TIMEOUT_S)
                 if any(p.returncode != 0 for p in procs) or run_dir is None:
                     print(f"{PROG}: error: {cap}:{hook} failed: {procs[0].stderr[-2000:]}", file=sys.stderr)
                     return 1

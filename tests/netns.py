@@ -1,6 +1,6 @@
-"""Two simulated hosts on one machine: two network namespaces joined by a veth pair (root only).
+"""Simulated hosts on one machine: network namespaces joined by veth links (root only).
 
-    from tests.netns import netns_unavailable, two_hosts
+    from tests.netns import netns_unavailable, switched_hosts, two_hosts
 
     @pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable()))
     def test_something(tmp_path):
@@ -18,6 +18,12 @@ puts a token-bucket filter (`tc qdisc replace ... root tbf`) on both ends of the
 direction carries at most 200 Mbit/s (decimal, as tc counts). `hosts.shaped_rate_mbit(i)` reads the rate
 back from `tc qdisc show` on host i (None when that end is not shaped). `shaping_unavailable()` says why
 shaping cannot be done here, or None.
+
+More than two hosts: `switched_hosts(n, rate_mbit=800)` gives n namespaces, each joined by its own veth link to
+one bridge (a switch) in a namespace of its own, at 10.201.0.1, .2, ... Each link is shaped at both ends (the
+host's egress and the switch port's egress toward the host), so every host has a full-duplex link of that rate,
+as a cluster's hosts have behind one switch. A ring all_reduce sends each host's data to one neighbour and takes
+it from the other, so each link carries one flow each way: the ring's bus bandwidth is the link rate at any n.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 ADDRESSES = ("10.200.0.1", "10.200.0.2")
+SWITCHED_SUBNET = "10.201.0"  # switched_hosts: host i at .(i + 1)
 PREFIX_LEN = 24
 IP_TIMEOUT_S = 20
 
@@ -131,13 +138,18 @@ def _rate_bits(value: object) -> float:
 
 
 @dataclass(frozen=True)
-class TwoHosts:
-    namespaces: tuple[str, str]
-    interfaces: tuple[str, str]
-    addresses: tuple[str, str]
+class Hosts:
+    """Host i: its namespace, its interface (the link's end inside it) and its address."""
+
+    namespaces: tuple[str, ...]
+    interfaces: tuple[str, ...]
+    addresses: tuple[str, ...]
+    # switched_hosts: the switch's namespace and its port toward each host (shaped too: the switch's egress).
+    switch: str | None = None
+    ports: tuple[str, ...] = ()
 
     def exec_args(self, host: int) -> list[str]:
-        """The prefix that runs a command on host 0 or 1."""
+        """The prefix that runs a command on host `host`."""
         return ["ip", "netns", "exec", self.namespaces[host]]
 
     def env(self, host: int, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -147,16 +159,21 @@ class TwoHosts:
         return env
 
     def shape(self, rate_mbit: float, burst_bytes: int | None = None, latency_ms: float = TBF_LATENCY_MS) -> None:
-        """Limit each direction of the link to `rate_mbit` Mbit/s (1e6 bit/s): a tbf qdisc at the root of both
+        """Limit each direction of every link to `rate_mbit` Mbit/s (1e6 bit/s): a tbf qdisc at the root of both
         veth ends, replacing any there. Burst and latency default as explained at TBF_BURST_BYTES."""
         options = _tbf_args(rate_mbit, burst_bytes, latency_ms)
-        for ns, dev in zip(self.namespaces, self.interfaces, strict=True):
+        for ns, dev in self._link_ends():
             _checked_tc(ns, "qdisc", "replace", "dev", dev, "root", "tbf", *options)
 
     def unshape(self) -> None:
-        """Take the tbf qdiscs off again: the link runs at the veth's own speed."""
-        for ns, dev in zip(self.namespaces, self.interfaces, strict=True):
+        """Take the tbf qdiscs off again: the links run at the veth's own speed."""
+        for ns, dev in self._link_ends():
             _tc(ns, "qdisc", "del", "dev", dev, "root")
+
+    def _link_ends(self) -> list[tuple[str, str]]:
+        """(namespace, interface) of every veth end: the hosts' and the switch's ports."""
+        ends = list(zip(self.namespaces, self.interfaces, strict=True))
+        return ends + [(self.switch, port) for port in self.ports] if self.switch else ends
 
     def shaped_rate_mbit(self, host: int) -> float | None:
         """The tbf rate on host `host`'s end of the link, in Mbit/s, as `tc qdisc show` reports it; None
@@ -168,21 +185,26 @@ class TwoHosts:
         return None
 
 
+def _bring_up_host(namespace: str, device: str, address: str) -> None:
+    """Move a link's end `device` into the host's namespace, give it `address`, and bring it and loopback up."""
+    _checked_ip("link", "set", device, "netns", namespace)
+    _checked_ip("-n", namespace, "addr", "add", f"{address}/{PREFIX_LEN}", "dev", device)
+    _checked_ip("-n", namespace, "link", "set", "lo", "up")
+    _checked_ip("-n", namespace, "link", "set", device, "up")
+
+
 @contextmanager
-def two_hosts(prefix: str = "hx", rate_mbit: float | None = None) -> Iterator[TwoHosts]:
+def two_hosts(prefix: str = "hx", rate_mbit: float | None = None) -> Iterator[Hosts]:
     """Create the two namespaces and the veth pair between them (shaped to `rate_mbit` Mbit/s each way if
-    given, see TwoHosts.shape); delete them on exit."""
+    given, see Hosts.shape); delete them on exit."""
     tag = f"{prefix}{os.getpid()}"
-    hosts = TwoHosts((f"{tag}n0", f"{tag}n1"), (f"{tag}a"[:15], f"{tag}b"[:15]), ADDRESSES)
+    hosts = Hosts((f"{tag}n0", f"{tag}n1"), (f"{tag}a"[:15], f"{tag}b"[:15]), ADDRESSES)
     try:
         for ns in hosts.namespaces:
             _checked_ip("netns", "add", ns)
         _checked_ip("link", "add", hosts.interfaces[0], "type", "veth", "peer", "name", hosts.interfaces[1])
         for ns, dev, address in zip(hosts.namespaces, hosts.interfaces, hosts.addresses, strict=True):
-            _checked_ip("link", "set", dev, "netns", ns)
-            _checked_ip("-n", ns, "addr", "add", f"{address}/{PREFIX_LEN}", "dev", dev)
-            _checked_ip("-n", ns, "link", "set", "lo", "up")
-            _checked_ip("-n", ns, "link", "set", dev, "up")
+            _bring_up_host(ns, dev, address)
         if rate_mbit is not None:
             hosts.shape(rate_mbit)
         yield hosts
@@ -190,3 +212,40 @@ def two_hosts(prefix: str = "hx", rate_mbit: float | None = None) -> Iterator[Tw
         for ns in hosts.namespaces:
             _ip("netns", "del", ns)  # takes its end of the veth pair with it
         _ip("link", "del", hosts.interfaces[0])  # only there if setup failed before the move
+
+
+@contextmanager
+def switched_hosts(count: int, prefix: str = "hs", rate_mbit: float | None = None) -> Iterator[Hosts]:
+    """Create `count` host namespaces, each with a veth link to one bridge in a switch namespace (every link shaped
+    to `rate_mbit` Mbit/s each way if given, see Hosts.shape); delete them on exit."""
+    if count < 2:
+        raise ValueError(f"switched_hosts needs at least 2 hosts, got {count}")
+    tag = f"{prefix}{os.getpid()}"
+    hosts = Hosts(
+        namespaces=tuple(f"{tag}n{i}" for i in range(count)),
+        interfaces=tuple(f"{tag}h{i}"[:15] for i in range(count)),
+        addresses=tuple(f"{SWITCHED_SUBNET}.{i + 1}" for i in range(count)),
+        switch=f"{tag}sw",
+        ports=tuple(f"{tag}p{i}"[:15] for i in range(count)),
+    )
+    bridge = "br0"
+    try:
+        _checked_ip("netns", "add", hosts.switch)
+        _checked_ip("-n", hosts.switch, "link", "add", bridge, "type", "bridge")  # no STP: ports forward at once
+        _checked_ip("-n", hosts.switch, "link", "set", bridge, "up")
+        links = zip(hosts.namespaces, hosts.interfaces, hosts.ports, hosts.addresses, strict=True)
+        for ns, dev, port, address in links:
+            _checked_ip("netns", "add", ns)
+            _checked_ip("link", "add", dev, "type", "veth", "peer", "name", port)
+            _checked_ip("link", "set", port, "netns", hosts.switch)
+            _checked_ip("-n", hosts.switch, "link", "set", port, "master", bridge)
+            _checked_ip("-n", hosts.switch, "link", "set", port, "up")
+            _bring_up_host(ns, dev, address)
+        if rate_mbit is not None:
+            hosts.shape(rate_mbit)
+        yield hosts
+    finally:
+        for ns in (*hosts.namespaces, hosts.switch):
+            _ip("netns", "del", ns)  # takes its ends of the veth links with it
+        for dev in hosts.interfaces:
+            _ip("link", "del", dev)  # only there if setup failed before the move

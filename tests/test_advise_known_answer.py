@@ -21,7 +21,7 @@ from bench.known_answer import RATE_MBIT, train_args
 from harness.analysis.bucket_layout import model_bucket_layout
 from harness.common.names import MIB, SUMMARY_FILE
 from tests.netns import shaping_unavailable, two_hosts
-from tests.two_host_train import REPO, train_on_both
+from tests.two_host_train import REPO, train_on_hosts
 
 pytestmark = [
     pytest.mark.slow,
@@ -43,7 +43,7 @@ def default_cap_run(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("known_answer") / "runs"
     with two_hosts("hxkt", rate_mbit=RATE_MBIT) as hosts:
         assert hosts.shaped_rate_mbit(0) == hosts.shaped_rate_mbit(1) == RATE_MBIT
-        procs, run_dir = train_on_both(hosts, train_args(None, "allreduce", STEPS), logdir, timeout_s=RUN_TIMEOUT_S)
+        procs, run_dir = train_on_hosts(hosts, train_args(None, "allreduce", STEPS), logdir, timeout_s=RUN_TIMEOUT_S)
     for proc in procs:
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert run_dir is not None

@@ -76,3 +76,20 @@ def test_pool_prints_each_report_and_all_of_them_and_refuses_a_file_without_a_gr
     refused = subprocess.run([*cmd, str(stray)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert refused.stderr.strip().endswith(f"--pool: {stray} holds no grid table that bench.advisor_validation wrote")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--switch"], "--switch joins namespace hosts: give their link's rate with --two-hosts RATE"),
+        (["--two-hosts", "800", "--extrapolate", "3,4"], "two hosts joined by one link run 2 ranks"),
+        (["--two-hosts", "800", "--nproc", "3"], "two hosts joined by one link run 2 ranks"),
+    ],
+)
+def test_world_sizes_on_namespace_hosts_need_the_switch(tmp_path, flags, message):
+    """A third host has no link to join on a veth pair: refused with one line before anything runs."""
+    cmd = [sys.executable, "-m", "bench.advisor_validation", *flags, "--out", str(tmp_path / "out")]
+    refused = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert message in refused.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "out").exists()
