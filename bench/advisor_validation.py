@@ -65,7 +65,7 @@ def workload_args(args: argparse.Namespace) -> list[str]:
 
 
 def devices(args: argparse.Namespace, ranks: int) -> list[str]:
-    """train.py's --devices for `ranks` on loopback; none on two hosts, where torchrun gives each host one."""
+    """train.py's --devices for `ranks` on loopback; none on namespace hosts, where torchrun gives each host one."""
     return [] if args.two_hosts else ["--devices", str(ranks)]
 
 

@@ -65,6 +65,7 @@ def test_training_across_two_nodes_over_veth(tmp_path):
 
 
 @pytest.mark.skipif(shaping_unavailable() is not None, reason=str(shaping_unavailable()))
+@pytest.mark.slow
 def test_ring_over_three_switched_hosts_runs_at_each_links_rate(tmp_path):
     """Three hosts behind one switch, every link shaped to 400 Mbit/s at both ends: a ring all_reduce passes each
     link once each way, so its bus bandwidth is the link's rate (less gloo's headers and tbf's timer), at 3 ranks
