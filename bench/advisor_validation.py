@@ -99,9 +99,9 @@ def run_schedule(args: argparse.Namespace, schedule: list, logdir: Path, train: 
 
 
 def run_sweep(args: argparse.Namespace, out: Path) -> Path:
-    """A raw all_reduce sweep where the grid runs (--nproc ranks on loopback, or one rank on each of two namespace
-    hosts over the same shaped link): the network for a base run whose buckets cannot be fitted (one bucket at
-    DDP's default, as gpt_tiny's)."""
+    """A raw all_reduce sweep where the grid runs (--nproc ranks on loopback, or one rank on each of --nproc
+    namespace hosts over the same shaped links): the network for a base run whose buckets cannot be fitted (one
+    bucket at DDP's default, as gpt_tiny's)."""
     path = out / "sweep.jsonl"
     if args.reuse and path.exists():
         return path
@@ -387,7 +387,9 @@ def main() -> None:
         action="store_true",
         help="a raw sweep first, where the grid runs; the in-run fit where it exists, else the sweep",
     )
-    parser.add_argument("--two-hosts", type=float, default=0, metavar="RATE", help="two netns hosts, link Mbit/s")
+    parser.add_argument(
+        "--two-hosts", type=float, default=0, metavar="RATE", help="netns hosts, one rank each, links of RATE Mbit/s"
+    )
     parser.add_argument(
         "--switch",
         action="store_true",
@@ -401,7 +403,7 @@ def main() -> None:
         action="store_true",
         help="no separate base run: each of the grid's default-cap allreduce runs in turn is the base",
     )
-    parser.add_argument("--run-timeout", type=float, default=600.0, help="seconds a two-host run may take")
+    parser.add_argument("--run-timeout", type=float, default=600.0, help="seconds a run on namespace hosts may take")
     parser.add_argument("--out", default="bench-out/advisor")
     parser.add_argument("--pool", nargs="+", metavar="REPORT",
                         help="run nothing: pool these report.md files' errors (advice.VALIDATED_ERROR)")  # fmt: skip
@@ -409,10 +411,15 @@ def main() -> None:
     if args.pool:
         print(pool_reports([Path(name) for name in args.pool], parser))
         return
-    sizes = [int(n) for n in args.extrapolate.split(",") if n]
+    try:
+        sizes = [int(n) for n in args.extrapolate.split(",") if n]
+    except ValueError:
+        parser.error(f"--extrapolate takes world sizes such as 3,4, not {args.extrapolate!r}")
+    if min([args.nproc, *sizes]) < 2:
+        parser.error("--nproc and --extrapolate: world sizes of 2 or more (nothing is communicated at 1)")
     if args.switch and not args.two_hosts:
         parser.error("--switch joins namespace hosts: give their link's rate with --two-hosts RATE")
-    if args.two_hosts and not args.switch and (args.nproc != 2 or sizes):
+    if args.two_hosts and not args.switch and any(n != 2 for n in [args.nproc, *sizes]):
         parser.error("two hosts joined by one link run 2 ranks: other world sizes need --switch")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -178,11 +178,22 @@ class Hosts:
     def shaped_rate_mbit(self, host: int) -> float | None:
         """The tbf rate on host `host`'s end of the link, in Mbit/s, as `tc qdisc show` reports it; None
         when no tbf qdisc is at its root."""
-        out = _checked_tc(self.namespaces[host], "-j", "qdisc", "show", "dev", self.interfaces[host])
-        for qdisc in json.loads(out or "[]"):
-            if qdisc.get("kind") == "tbf" and qdisc.get("root"):
-                return _rate_bits(qdisc["options"]["rate"]) / 1e6
-        return None
+        return _tbf_rate_mbit(self.namespaces[host], self.interfaces[host])
+
+    def port_rate_mbit(self, host: int) -> float | None:
+        """switched_hosts: the tbf rate on the switch's end of host `host`'s link (its egress toward the host)."""
+        if self.switch is None:
+            raise ValueError("port_rate_mbit: these hosts have no switch")
+        return _tbf_rate_mbit(self.switch, self.ports[host])
+
+
+def _tbf_rate_mbit(namespace: str, device: str) -> float | None:
+    """The rate of the tbf qdisc at `device`'s root, in Mbit/s, as `tc qdisc show` reports it; None if none."""
+    out = _checked_tc(namespace, "-j", "qdisc", "show", "dev", device)
+    for qdisc in json.loads(out or "[]"):
+        if qdisc.get("kind") == "tbf" and qdisc.get("root"):
+            return _rate_bits(qdisc["options"]["rate"]) / 1e6
+    return None
 
 
 def _bring_up_host(namespace: str, device: str, address: str) -> None:

@@ -84,6 +84,8 @@ def test_pool_prints_each_report_and_all_of_them_and_refuses_a_file_without_a_gr
         (["--switch"], "--switch joins namespace hosts: give their link's rate with --two-hosts RATE"),
         (["--two-hosts", "800", "--extrapolate", "3,4"], "two hosts joined by one link run 2 ranks"),
         (["--two-hosts", "800", "--nproc", "3"], "two hosts joined by one link run 2 ranks"),
+        (["--two-hosts", "800", "--switch", "--extrapolate", "1,3"], "world sizes of 2 or more"),
+        (["--extrapolate", "3,four"], "--extrapolate takes world sizes such as 3,4, not '3,four'"),
     ],
 )
 def test_world_sizes_on_namespace_hosts_need_the_switch(tmp_path, flags, message):

@@ -76,7 +76,7 @@ def test_ring_over_three_switched_hosts_runs_at_each_links_rate(tmp_path):
     with switched_hosts(3, rate_mbit=rate_mbit) as hosts:
         # Both ends of every link: the host's and the switch port's toward it.
         assert [hosts.shaped_rate_mbit(i) for i in range(3)] == [rate_mbit] * 3
-        assert len(hosts.ports) == 3 and hosts.switch is not None
+        assert [hosts.port_rate_mbit(i) for i in range(3)] == [rate_mbit] * 3
         procs = run_on_hosts(hosts, sweep, timeout_s=120)
     assert all(p.returncode == 0 for p in procs), procs[0].stderr[-3000:]
     records = [json.loads(line) for line in jsonl.read_text().splitlines()]

@@ -21,9 +21,12 @@ killed. Several runs on one set of hosts each need a port of their own: the last
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,29 +73,40 @@ def node_env(hosts: Hosts, node: int) -> dict[str, str]:
 def run_on_hosts(
     hosts: Hosts, args: list[str], port: int = MASTER_PORT, timeout_s: float = RUN_TIMEOUT_S
 ) -> list[subprocess.CompletedProcess]:
-    """torchrun `args` on every host at once; the finished processes (text output), in host order."""
-    procs = [
-        subprocess.Popen(
-            torchrun_command(hosts, node, port, args),
-            cwd=REPO,
-            env=node_env(hosts, node),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for node in range(len(hosts.namespaces))
-    ]
-    results = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout_s)
-            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return results
+    """torchrun `args` on every host at once; the finished processes (text output), in host order. Each host's
+    output goes to a file of its own, so no host blocks on a pipe that is not being read; at `timeout_s` after
+    the start, every host still running is killed and subprocess.TimeoutExpired raised."""
+    with contextlib.ExitStack() as stack:
+        new_file = functools.partial(tempfile.TemporaryFile, "w+")
+        outputs = [(stack.enter_context(new_file()), stack.enter_context(new_file())) for _ in hosts.namespaces]
+        procs = [
+            subprocess.Popen(
+                torchrun_command(hosts, node, port, args),
+                cwd=REPO,
+                env=node_env(hosts, node),
+                stdout=out,
+                stderr=err,
+                text=True,
+            )
+            for node, (out, err) in enumerate(outputs)
+        ]
+        deadline = time.monotonic() + timeout_s
+        try:
+            for proc in procs:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        results = []
+        for proc, files in zip(procs, outputs, strict=True):
+            text = []
+            for file in files:
+                file.seek(0)
+                text.append(file.read())
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, *text))
+        return results
 
 
 def train_on_hosts(
@@ -144,9 +158,14 @@ def run_schedule_on_hosts(
             name = grid.run_name(model, config)
             script_and_args = grid.build_command([], model, config, logdir, train_args)[1:]  # no interpreter
             print(f"[{i + 1}/{len(schedule)}] {name} (repeat {repeat}) on {where}", flush=True)
-            procs = run_on_hosts(hosts, script_and_args, MASTER_PORT + i, timeout_s)  # a port a run: TIME_WAIT
-            log = "\n".join(f"## host {n}\n{p.stdout}\n{p.stderr}" for n, p in enumerate(procs))
-            (logdir / "logs" / f"{name}-repeat{repeat}.log").write_text(log)
+            log_path = logdir / "logs" / f"{name}-repeat{repeat}.log"
+            try:
+                procs = run_on_hosts(hosts, script_and_args, MASTER_PORT + i, timeout_s)  # a port a run: TIME_WAIT
+            except subprocess.TimeoutExpired:  # one hung run is a failed run, not the end of the schedule
+                log_path.write_text(f"killed: still running {timeout_s:g} s after it started\n")
+                failed.append(name)
+                continue
+            log_path.write_text("\n".join(f"## host {n}\n{p.stdout}\n{p.stderr}" for n, p in enumerate(procs)))
             if any(p.returncode != 0 for p in procs):
                 failed.append(name)
     return failed

@@ -56,8 +56,8 @@ def prepare_process_env(cfg: TrainConfig) -> None:
         if cfg.launcher == "none":
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         # One process per core share on CPU: more threads than cores makes ranks starve each other. The cores
-        # are those this process may run on (a cpuset, taskset), not all the machine's: two simulated hosts
-        # pinned to halves of one machine (tests/two_host_train.py) would otherwise each run twice too many.
+        # are those this process may run on (a cpuset, taskset), not all the machine's: simulated hosts pinned
+        # to shares of one machine (tests/two_host_train.py) would otherwise each run too many.
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         torch.set_num_threads(max(1, cores // max(1, cfg.devices)))
     if cfg.harness == "off":  # nothing is written: no run directory (drop the one train.py claimed, if empty)
