@@ -188,6 +188,20 @@ def _summed_time_error(network: Network, points: list[tuple[float, float]]) -> f
     return abs(sum(network.all_reduce_us(s, world) for s, _ in points) - measured) / measured
 
 
+def _worst_miss(network: Network, points: list[tuple[float, float]]) -> float:
+    """The largest (measured − predicted) / measured over the buckets' (bytes, µs): how far the fit's line lies
+    below the slowest bucket."""
+    world = network.ref_world_size
+    return max((t - network.all_reduce_us(s, world)) / t for s, t in points)
+
+
+def _alpha_beyond(points: list[tuple[float, float]], busbw_gbps: float, world: int) -> float:
+    """α at a given bandwidth: the least any collective of (bytes, µs) took beyond its bytes at `busbw_gbps`, at
+    least 0."""
+    probe = Network(0.0, busbw_gbps, world)
+    return max(0.0, min(t - probe.all_reduce_us(s, world) for s, t in points))
+
+
 def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "constant") -> Network | None:
     """The α-β fit of the training's own all_reduce: the lower envelope (lower_envelope_fit) of each measured
     bucket's collective time (p50) against its bytes on the wire. None where it cannot be fitted: one rank
@@ -211,8 +225,7 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
     busbw, how = busbw_from_beta(beta, world), "lower envelope"
     step_busbw = summary.get("totals", {}).get("busbw_gbps_p50")
     if is_finite(step_busbw) and step_busbw > 0:
-        probe = Network(0.0, step_busbw, world)
-        busy_alpha = max(0.0, min(t - probe.all_reduce_us(s, world) for s, t in points))
+        busy_alpha = _alpha_beyond(points, step_busbw, world)
         busy = Network(busy_alpha, step_busbw, world)
         envelope_error = math.inf if math.isinf(beta) else _summed_time_error(Network(alpha, busbw, world), points)
         if envelope_error > ENVELOPE_SUMMED_ERROR_LIMIT and _summed_time_error(busy, points) < envelope_error:
@@ -220,7 +233,7 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
             if not math.isinf(beta):
                 how += f"; the lower envelope missed the buckets' summed time by {envelope_error:.0%}"
             alpha, busbw = busy_alpha, step_busbw
-            worst = max((t - busy.all_reduce_us(s, world)) / t for s, t in points)
+            worst = _worst_miss(busy, points)
     slower = how == "lower envelope" and is_finite(step_busbw) and busbw < step_busbw
     clean_alpha = after_backward_alpha(summary, step_busbw, world) if slower else None
     if clean_alpha is not None:
@@ -234,7 +247,7 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
             "calibration all_reduce after backward took beyond its bytes at that rate"
         )
         alpha, busbw = clean_alpha, step_busbw
-        worst = max((t - Network(alpha, busbw, world).all_reduce_us(s, world)) / t for s, t in points)
+        worst = _worst_miss(Network(alpha, busbw, world), points)
     sources = sorted({b.get("time_source") or "?" for b in summary.get("buckets", [])})
     source = f"in-run fit ({how}) of {run}'s {len(points)} buckets ({world} ranks, {', '.join(sources)} times)"
     network = Network(
@@ -269,13 +282,12 @@ def after_backward_alpha(summary: dict[str, Any], busbw_gbps: float, world: int)
     if world < 2 or not busbw_gbps > 0:
         return None
     wire = buckets_dtype(summary)
-    probe = Network(0.0, busbw_gbps, world)
-    beyond = [
-        1e3 * ms - probe.all_reduce_us(size, world)
+    points = [
+        (size, 1e3 * ms)
         for dtype, size, ms in after_backward_rows(summary)
         if dtype == wire and size > 0 and is_finite(ms)
     ]
-    return max(0.0, min(beyond)) if beyond else None
+    return _alpha_beyond(points, busbw_gbps, world) if points else None
 
 
 def with_run_latency(network: Network, summary: dict[str, Any]) -> Network:
