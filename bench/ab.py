@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from harness.common import thread_cpu
@@ -56,3 +57,15 @@ def summarize(samples: dict[str, list[float]], baseline: str) -> dict[str, float
         for q in (10, 50, 90):
             out[f"{name}_vs_{baseline}_ratio_p{q}"] = percentile(ratios, q)
     return out
+
+
+def paired_difference(values: list[float], baseline: list[float], name: str, draws: int = 2000) -> dict[str, object]:
+    """The median of the rounds' differences `values` − `baseline` (each round ran both, side by side) as
+    `name`, and its 95 % interval as `name`_ci95: a percentile bootstrap of that median over the rounds."""
+    differences = np.array(values) - np.array(baseline)
+    rng = np.random.default_rng(0)
+    medians = np.median(rng.choice(differences, size=(draws, differences.size)), axis=1)
+    return {
+        name: float(np.median(differences)),
+        f"{name}_ci95": [float(np.percentile(medians, 2.5)), float(np.percentile(medians, 97.5))],
+    }

@@ -8,7 +8,10 @@ The variants are DDP copies of one model with the same weights and batch:
 - torch_hook: torch's own Python `allreduce_hook`, the floor for any Python hook;
 - timed: the timed allreduce hook plus the per-step work the training callback does (begin the step,
   resolve the step two back, compute its statistics). TensorBoard writing is not included here;
-  bench.trainer_overhead measures the whole harness trainer.
+  bench.trainer_overhead measures the whole harness trainer;
+- timed_noop: the same with the timed noop hook, which is the path of a calibration step (the collective
+  skipped). timed − timed_noop, per round, is what train.py's in-run exposed estimate measures at this world
+  size (issue 10): at world size 1 there is nothing to send, so it is the host work of the collective's path.
 
 Besides the step-time ratios it reports each thread's CPU per step per variant (on the GPU, autograd's thread runs
 backward and the hook) and each hook's own host time per step, its calls timed entry to return by one wrapper for
@@ -30,7 +33,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from bench.ab import interleave, summarize, time_block, time_block_threads
+from bench.ab import interleave, paired_difference, summarize, time_block, time_block_threads
 from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
@@ -38,7 +41,9 @@ from harness.train.hook import TIMED_HOOKS, make_hook_state
 from harness.train.step_stats import step_stats
 from models import get_model_spec
 
-VARIANTS = ("plain", "torch_hook", "timed")
+VARIANTS = ("plain", "torch_hook", "timed", "timed_noop")
+# The timed variants and the hook each one runs.
+TIMED_VARIANTS = {"timed": "allreduce", "timed_noop": "noop"}
 
 
 class Variant:
@@ -49,12 +54,13 @@ class Variant:
         self.ddp = DDP(model, device_ids=[device.index] if cuda else None)
         self.opt = torch.optim.SGD(self.ddp.parameters(), lr=0.01, momentum=0.9)
         self.spec, self.batch, self.bf16, self.cuda = spec, batch, bf16, cuda
-        self.state = make_hook_state("allreduce", self.ddp.module, use_cuda=cuda) if hook == "timed" else None
+        timed_hook = TIMED_VARIANTS.get(hook)
+        self.state = make_hook_state(timed_hook, self.ddp.module, use_cuda=cuda) if timed_hook else None
         self.hook_host_ms: list[float] = []  # per step: the hook's calls, entry to return, summed over the buckets
         self._hook_ns = 0
         self.buckets = 0
         if self.state is not None:
-            self.ddp.register_comm_hook(self.state, self._host_timed(TIMED_HOOKS["allreduce"]))
+            self.ddp.register_comm_hook(self.state, self._host_timed(TIMED_HOOKS[timed_hook]))
         elif hook == "torch_hook":
             self.ddp.register_comm_hook(None, self._host_timed(default_hooks.allreduce_hook))
         self.step_index = 0
@@ -134,6 +140,9 @@ def worker(args: argparse.Namespace) -> None:
             **summarize(samples, "plain"),
             # The hooks' calls, entry to return, summed over a step's buckets (both timed by the same wrapper).
             "timed_hook_host_ms_per_step_p50": percentile(variants["timed"].hook_host_ms, 50),
+            "timed_noop_hook_host_ms_per_step_p50": percentile(variants["timed_noop"].hook_host_ms, 50),
+            # The collective's path against the calibration path, round by round (ms per step).
+            **paired_difference(samples["timed"], samples["timed_noop"], "timed_minus_timed_noop_ms"),
             "torch_hook_host_ms_per_step_p50": percentile(variants["torch_hook"].hook_host_ms, 50),
             "timed_buckets": variants["timed"].buckets,
             # Each thread's CPU ms per step, median over the blocks: on the GPU the main thread runs forward and the
