@@ -11,7 +11,10 @@ The variants are DDP copies of one model with the same weights and batch:
   bench.trainer_overhead measures the whole harness trainer;
 - timed_noop: the same with the timed noop hook, which is the path of a calibration step (the collective
   skipped). timed − timed_noop, per round, is what train.py's in-run exposed estimate measures at this world
-  size (issue 10): at world size 1 there is nothing to send, so it is the host work of the collective's path.
+  size (issue 10): at world size 1 there is nothing to send, so it is the host work of the collective's path;
+- timed_no_stats: timed, resolving each step's stamps (the CUDA event queries) without computing its statistics;
+- timed_unresolved: timed, each step's stamps freed unread: the hook and its stamps alone.
+  timed − timed_no_stats is what the statistics cost a step, timed_no_stats − timed_unresolved the resolve's.
 
 Besides the step-time ratios it reports each thread's CPU per step per variant (on the GPU, autograd's thread runs
 backward and the hook) and each hook's own host time per step, its calls timed entry to return by one wrapper for
@@ -41,9 +44,14 @@ from harness.train.hook import TIMED_HOOKS, make_hook_state
 from harness.train.step_stats import step_stats
 from models import get_model_spec
 
-VARIANTS = ("plain", "torch_hook", "timed", "timed_noop")
+VARIANTS = ("plain", "torch_hook", "timed", "timed_noop", "timed_no_stats", "timed_unresolved")
 # The timed variants and the hook each one runs.
-TIMED_VARIANTS = {"timed": "allreduce", "timed_noop": "noop"}
+TIMED_VARIANTS = {
+    "timed": "allreduce",
+    "timed_noop": "noop",
+    "timed_no_stats": "allreduce",
+    "timed_unresolved": "allreduce",
+}
 
 
 class Variant:
@@ -65,6 +73,7 @@ class Variant:
             self.ddp.register_comm_hook(None, self._host_timed(default_hooks.allreduce_hook))
         self.step_index = 0
         self.world_size = dist.get_world_size()
+        self.hook = hook
 
     def _host_timed(self, hook):
         """`hook`, its calls timed on the thread that makes them (autograd's, on the GPU): both hooks the same way,
@@ -83,9 +92,12 @@ class Variant:
         if self.state is not None:
             self.state.stamps.end(self.step_index - 1)
             done = self.step_index - 2
-            if done >= 0:
+            if done >= 0 and self.hook == "timed_unresolved":
+                self.state.stamps.drop(done)
+            elif done >= 0:
                 resolved = self.state.stamps.resolve(done)
-                step_stats(resolved, 1.0, self.world_size)
+                if self.hook != "timed_no_stats":
+                    step_stats(resolved, 1.0, self.world_size)
                 self.buckets = len(resolved.timings)
             self.state.begin_step(self.step_index)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()

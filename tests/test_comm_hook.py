@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from harness.common.dist_env import NVLS_OFF_ENV
 from harness.train.hook import TimedHookState, make_hook_state, register_timed_hook
-from harness.train.stamps import ResolvedStep
+from harness.train.stamps import BucketRecord, CollectiveStamps, ResolvedStep, StepStamps
 from tests.multiproc import run_workers
 
 STEPS = 4  # step 0 has one bucket, step 1 rebuilds, PowerSGD compresses from step 2
@@ -374,3 +374,25 @@ def test_stamps_are_recorded_on_the_current_stream():
     expected_ms = reference_start.elapsed_time(reference_end)
     assert expected_ms > 5
     assert abs(slept_ms - expected_ms) < 0.25 * expected_ms, (slept_ms, expected_ms)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_dropped_step_gives_back_every_stamp_and_leaves_the_others(device):
+    """`StepStamps.drop` frees a step unread (bench.hook_overhead's timed_unresolved): on the GPU every event it took
+    goes back to the pool, and the next step still resolves."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    stamps = StepStamps(use_cuda=device == "cuda")
+    for step in (0, 1):
+        stamps.begin(step)
+        record = BucketRecord(step=step, index=0, num_params=1, numel=4, bytes=16, dtype="float32", ready=stamps.now())
+        record.collectives.append(CollectiveStamps(stamps.now(), stamps.now()))
+        stamps.records[step].append(record)
+        stamps.mark_backward_end(step)
+        stamps.end(step)
+    stamps.drop(0)
+    assert stamps.pending_steps() == [1]
+    if device == "cuda":
+        assert len(stamps.events._free) == 6  # start, end, end of backward, ready, launch, done
+    resolved = stamps.resolve(1)
+    assert resolved.step == 1 and len(resolved.timings) == 1 and resolved.step_ms >= 0

@@ -244,6 +244,18 @@ class StepStamps:
                 self.release(stamp)
         return ResolvedStep(step, step_ms, fwd_bwd_ms, timings, self.source, gap_ms, marks_ms)
 
+    def drop(self, step: int) -> None:
+        """Free step `step`'s stamps without reading them (bench.hook_overhead's timed_unresolved: what the stamps cost
+        a step without the resolve)."""
+        stamps = [self._starts.pop(step, None), self._ends.pop(step, None), self._backward_ends.pop(step, None)]
+        stamps += (self._marks.pop(step, None) or {}).values()
+        for record in self.records.pop(step, []):
+            stamps += [record.ready, record.finished]
+            stamps += [stamp for collective in record.collectives for stamp in (collective.launch, collective.done)]
+        for stamp in stamps:
+            if stamp is not None:
+                self.release(stamp)
+
     def elapsed_ms(self, start: Stamp, end: Stamp) -> float:
         """Milliseconds from `start` to `end`; on the GPU waits until `end` has been reached."""
         if self.use_cuda:
