@@ -471,6 +471,37 @@ def test_inrun_fit_slower_than_the_step_takes_the_steps_rate_and_alpha_after_bac
     assert faster.alpha_us == pytest.approx(78_600 - 18902016 / 0.3e3)
 
 
+def test_inrun_fit_holds_alpha_to_the_shortest_collective_after_backward():
+    """gpt2 on 4 loopback ranks sharing 2 cores, the base run of 22:57 UTC on 2026-12-05 (docs/BENCHMARKS.md).
+    Its buckets queued behind one another beside backward (the first, 9.4 MB, took 214 ms). The lower envelope's
+    line through it and the last bucket said α = 202 ms at 1.19 GB/s, faster than the step's 0.38 GB/s, so the
+    rule above does not apply. The run's calibration all_reduces after backward took as little as 21.2 ms for
+    18.9 MB: a fixed cost can be no longer than a whole collective, so α is held to that. Predicted again, that
+    grid's base went from 24.1 % and 46.4 % (median, worst) to 12.6 % and 14.4 %, and no stored grid got worse."""
+    sizes_ms = [(9446400, 213.9), *zip([28351488] * 11, [296.6, 338.7, 388.1, 392.4, 382.1, 391.8, 370.0, 370.6,
+                343.2, 334.3, 330.5], strict=True), (176446464, 424.7)]  # fmt: skip
+    buckets = [
+        {"index": i, "bytes": s, "numel": s // 4, "time_ms_p50": t, "time_source": "cpu_clock", "dtype": "float32"}
+        for i, (s, t) in enumerate(sizes_ms)
+    ]
+    after = {  # the run's shortest all_reduces after backward of two sizes (ms), and a faster probe in another dtype
+        "dtype": ["float32", "float32", "bfloat16"],
+        "bytes": [18905088, 154389504, 9452544],
+        "ms": [21.16, 188.5, 5.0],
+    }
+    summary = {"world_size": 4, "buckets": buckets, "totals": {"busbw_gbps_p50": 0.3827}}
+    envelope = network_from_run(summary, "run")  # no calibration after backward: the envelope as it is
+    assert envelope.alpha_us == pytest.approx(201_900, rel=0.01) and envelope.busbw_gbps == pytest.approx(
+        1.19, rel=0.01
+    )
+    network = network_from_run({**summary, "after_backward_all_reduces": after}, "run")
+    assert network.alpha_us == pytest.approx(21_160) and network.busbw_gbps == envelope.busbw_gbps
+    assert "its α 202 ms held to the 21.2 ms of the shortest calibration all_reduce after backward" in network.source
+    # Where the envelope's α is below every collective after backward, it stays.
+    slow_after = {**after, "ms": [250.0, 400.0, 5.0]}
+    assert network_from_run({**summary, "after_backward_all_reduces": slow_after}, "run").alpha_us == envelope.alpha_us
+
+
 def test_permutation_p():
     assert permutation_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(1 / 20)
     assert permutation_p([4.0, 5.0, 6.0], [1.0, 2.0, 3.0]) == pytest.approx(1.0)
