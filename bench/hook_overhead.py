@@ -44,7 +44,6 @@ from harness.train.hook import TIMED_HOOKS, make_hook_state
 from harness.train.step_stats import step_stats
 from models import get_model_spec
 
-VARIANTS = ("plain", "torch_hook", "timed", "timed_noop", "timed_no_stats", "timed_unresolved")
 # The timed variants and the hook each one runs.
 TIMED_VARIANTS = {
     "timed": "allreduce",
@@ -52,6 +51,7 @@ TIMED_VARIANTS = {
     "timed_no_stats": "allreduce",
     "timed_unresolved": "allreduce",
 }
+VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
 
 
 class Variant:

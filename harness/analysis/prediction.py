@@ -286,13 +286,19 @@ def after_backward_rows(summary: dict[str, Any]) -> Iterator[tuple[str, int, flo
     return zip(recorded.get("dtype", []), recorded.get("bytes", []), recorded.get("ms", []), strict=False)
 
 
+def _after_backward_points(summary: dict[str, Any]) -> list[tuple[float, float]]:
+    """(bytes, µs) of each of the run's all_reduces after backward in the buckets' dtype (after_backward_rows)."""
+    wire = buckets_dtype(summary)
+    return [
+        (size, 1e3 * ms)
+        for dtype, size, ms in after_backward_rows(summary)
+        if dtype == wire and size > 0 and is_finite(ms)
+    ]
+
+
 def _shortest_after_backward_us(summary: dict[str, Any]) -> float:
     """The shortest of the run's all_reduces after backward in the buckets' dtype, µs (infinite where none)."""
-    wire = buckets_dtype(summary)
-    times = [
-        1e3 * ms for dtype, size, ms in after_backward_rows(summary) if dtype == wire and size > 0 and is_finite(ms)
-    ]
-    return min(times, default=math.inf)
+    return min((t for _, t in _after_backward_points(summary)), default=math.inf)
 
 
 def after_backward_alpha(summary: dict[str, Any], busbw_gbps: float, world: int) -> float | None:
@@ -303,12 +309,7 @@ def after_backward_alpha(summary: dict[str, Any], busbw_gbps: float, world: int)
     time, with backward over), so what they take beyond their bytes bounds the fixed cost from above."""
     if world < 2 or not busbw_gbps > 0:
         return None
-    wire = buckets_dtype(summary)
-    points = [
-        (size, 1e3 * ms)
-        for dtype, size, ms in after_backward_rows(summary)
-        if dtype == wire and size > 0 and is_finite(ms)
-    ]
+    points = _after_backward_points(summary)
     return _alpha_beyond(points, busbw_gbps, world) if points else None
 
 
