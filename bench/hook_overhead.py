@@ -14,7 +14,12 @@ The variants are DDP copies of one model with the same weights and batch:
   size (issue 10): at world size 1 there is nothing to send, so it is the host work of the collective's path;
 - timed_no_stats: timed, resolving each step's stamps (the CUDA event queries) without computing its statistics;
 - timed_unresolved: timed, each step's stamps freed unread: the hook and its stamps alone.
-  timed − timed_no_stats is what the statistics cost a step, timed_no_stats − timed_unresolved the resolve's.
+  timed − timed_no_stats is what the statistics cost a step, timed_no_stats − timed_unresolved the resolve's;
+- timed_one_sync: timed, its resolve waiting once, on the step's last stamp, and reading every other event without
+  a wait of its own (a candidate for the resolve: `OneSyncStamps`).
+
+Each timed variant also reports the main thread's wall time per step in its per-step harness work: the resolve (or
+the drop) and the statistics, timed around those calls alone.
 
 Besides the step-time ratios it reports each thread's CPU per step per variant (on the GPU, autograd's thread runs
 backward and the hook) and each hook's own host time per step, its calls timed entry to return by one wrapper for
@@ -41,6 +46,7 @@ from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
 from harness.train.hook import TIMED_HOOKS, make_hook_state
+from harness.train.stamps import ResolvedStep, StepStamps
 from harness.train.step_stats import step_stats
 from models import get_model_spec
 
@@ -50,8 +56,33 @@ TIMED_VARIANTS = {
     "timed_noop": "noop",
     "timed_no_stats": "allreduce",
     "timed_unresolved": "allreduce",
+    "timed_one_sync": "allreduce",
 }
 VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
+
+
+class OneSyncStamps(StepStamps):
+    """StepStamps whose resolve waits once, for the step's last stamp on the GPU, then reads every event of the step
+    without a wait of its own: a candidate for the resolve, against one cudaEventSynchronize per event.
+
+    The step's last stamp is the next step's start where it has one, else the step's end: both are on the stream
+    that DDP makes wait for every bucket's future, so every stamp of the step was reached before them."""
+
+    _waited = False
+
+    def resolve(self, step: int) -> ResolvedStep:
+        if self.use_cuda:
+            self._starts.get(step + 1, self._ends[step]).synchronize()
+        self._waited = True
+        try:
+            return super().resolve(step)
+        finally:
+            self._waited = False
+
+    def elapsed_ms(self, start, end) -> float:
+        if self.use_cuda and self._waited:
+            return start.elapsed_time(end)
+        return super().elapsed_ms(start, end)
 
 
 class Variant:
@@ -64,6 +95,11 @@ class Variant:
         self.spec, self.batch, self.bf16, self.cuda = spec, batch, bf16, cuda
         timed_hook = TIMED_VARIANTS.get(hook)
         self.state = make_hook_state(timed_hook, self.ddp.module, use_cuda=cuda) if timed_hook else None
+        if hook == "timed_one_sync":
+            self.state.stamps = OneSyncStamps(cuda)
+        # Per step, the main thread's wall ms in the resolve (or the drop) and in the statistics.
+        self.resolve_ms: list[float] = []
+        self.stats_ms: list[float] = []
         self.hook_host_ms: list[float] = []  # per step: the hook's calls, entry to return, summed over the buckets
         self._hook_ns = 0
         self.buckets = 0
@@ -92,13 +128,18 @@ class Variant:
         if self.state is not None:
             self.state.stamps.end(self.step_index - 1)
             done = self.step_index - 2
-            if done >= 0 and self.hook == "timed_unresolved":
-                self.state.stamps.drop(done)
-            elif done >= 0:
-                resolved = self.state.stamps.resolve(done)
-                if self.hook != "timed_no_stats":
+            if done >= 0:
+                start = time.perf_counter_ns()
+                if self.hook == "timed_unresolved":
+                    self.state.stamps.drop(done)
+                else:
+                    resolved = self.state.stamps.resolve(done)
+                    self.buckets = len(resolved.timings)
+                resolved_at = time.perf_counter_ns()
+                self.resolve_ms.append((resolved_at - start) / 1e6)
+                if self.hook not in ("timed_unresolved", "timed_no_stats"):
                     step_stats(resolved, 1.0, self.world_size)
-                self.buckets = len(resolved.timings)
+                    self.stats_ms.append((time.perf_counter_ns() - resolved_at) / 1e6)
             self.state.begin_step(self.step_index)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
         with autocast:
@@ -129,7 +170,8 @@ def worker(args: argparse.Namespace) -> None:
     variants = {name: Variant(copy.deepcopy(base), device, name, spec, batch, cuda) for name in VARIANTS}
     for variant in variants.values():  # warm-up: bucket rebuild, cuDNN autotuning, allocator
         time_block(variant.step, args.warmup_steps, cuda)
-        variant.hook_host_ms.clear()  # the measured blocks' steps only
+        for measured in (variant.hook_host_ms, variant.resolve_ms, variant.stats_ms):
+            measured.clear()  # the measured blocks' steps only
     threads_ms: dict[str, dict[str, list[float]]] = {name: {} for name in variants}
 
     def run_block(name: str) -> float:
@@ -155,14 +197,23 @@ def worker(args: argparse.Namespace) -> None:
             "timed_noop_hook_host_ms_per_step_p50": percentile(variants["timed_noop"].hook_host_ms, 50),
             # The collective's path against the calibration path, round by round (ms per step).
             **paired_difference(samples["timed"], samples["timed_noop"], "timed_minus_timed_noop_ms"),
+            **paired_difference(samples["timed_one_sync"], samples["timed"], "timed_one_sync_minus_timed_ms"),
             "torch_hook_host_ms_per_step_p50": percentile(variants["torch_hook"].hook_host_ms, 50),
             "timed_buckets": variants["timed"].buckets,
+            # The main thread's wall ms per step in each timed variant's resolve (the drop, for timed_unresolved) and
+            # statistics, timed around those calls alone.
+            "main_thread_harness_ms_per_step_p50": {
+                name: {"resolve": percentile(variant.resolve_ms, 50), "stats": percentile(variant.stats_ms, 50)}
+                for name, variant in variants.items()
+                if variant.state is not None
+            },
             # Each thread's CPU ms per step, median over the blocks: on the GPU the main thread runs forward and the
             # optimizer, autograd's thread backward and the comm hook.
             "thread_cpu_ms_per_step_p50": {
                 name: {label: percentile(values, 50) for label, values in labels.items()}
                 for name, labels in threads_ms.items()
             },
+            "round_ms_per_step": samples,  # every variant's rounds, in order: other pairings offline
             "run_info": run_info(),
         }
         line = json.dumps(record)

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Where the timed path's host time goes on one GPU (issues 10 and 11), in one device call:
+#   1. the GPU cases of the stamps' tests;
+#   2. bench.hook_overhead, every variant interleaved: the timed path split into the hook's stamps, the resolve and the
+#      statistics, each with the main thread's wall ms in its resolve and statistics;
+#   3. py-spy --native on the same bench in its steady state: each thread's C/C++ leaf functions, so a cost in the
+#      resolve shows as the CUDA call it sits in (the raw stacks are kept for reading offline).
+# Usage: OUT=dir [BATCH=128] [BLOCKS=30] [BENCH_ARGS=...] bash bench/hook_split.sh   (py-spy comes from ./.wheels where the image lacks it)
+set -u
+OUT=${OUT:-out}
+BATCH=${BATCH:-128}
+BENCH_ARGS=${BENCH_ARGS:-"--device cuda --model resnet50 --batch-size $BATCH"}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
+python -m pytest -q -p no:cacheprovider tests/test_comm_hook.py -k "dropped or stamps" 2>&1 | tail -3
+python -m bench.hook_overhead $BENCH_ARGS --blocks "${BLOCKS:-30}" --out "$OUT/hook_b$BATCH.jsonl" 2>&1 | tail -2 | cut -c1-400
+command -v py-spy >/dev/null || python -m pip install -q --no-index --find-links .wheels py-spy 2>&1 | tail -2
+export PATH="$PATH:$HOME/.local/bin:$(python -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
+python -m bench.hook_overhead $BENCH_ARGS --blocks 400 >/dev/null 2>&1 &
+BENCH=$!
+sleep "${ATTACH_AFTER:-50}"
+PID=$(pgrep -f "multiprocessing.spawn|spawn_main" | head -1)
+PID=${PID:-$(pgrep -P $BENCH | tail -1)}
+echo "py-spy on pid ${PID:-none} (bench $BENCH)"
+py-spy record --pid "${PID:-$BENCH}" --threads --native --rate 100 --duration "${DURATION:-20}" --format raw \
+  -o "$OUT/hook_native_b$BATCH.txt" 2>&1 | tail -2
+kill $BENCH 2>/dev/null; pkill -f bench.hook_overhead 2>/dev/null
+wait
+ls -l "$OUT"
