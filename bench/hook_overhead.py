@@ -59,6 +59,9 @@ TIMED_VARIANTS = {
     "timed_one_sync": "allreduce",
 }
 VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
+# (variant, baseline) pairs whose per-round differences are reported: the collective's path against the calibration
+# path, and the candidate resolve against today's.
+PAIRED = (("timed", "timed_noop"), ("timed_one_sync", "timed"))
 
 
 class OneSyncStamps(StepStamps):
@@ -167,7 +170,7 @@ def worker(args: argparse.Namespace) -> None:
     inputs, targets = spec.make_batch(args.batch_size, device, 1000 + rank, image_size=args.image_size)
     batch = (inputs.contiguous(memory_format=memory_format), targets)
     torch.backends.cudnn.benchmark = cuda
-    variants = {name: Variant(copy.deepcopy(base), device, name, spec, batch, cuda) for name in VARIANTS}
+    variants = {name: Variant(copy.deepcopy(base), device, name, spec, batch, cuda) for name in args.variants}
     for variant in variants.values():  # warm-up: bucket rebuild, cuDNN autotuning, allocator
         time_block(variant.step, args.warmup_steps, cuda)
         for measured in (variant.hook_host_ms, variant.resolve_ms, variant.stats_ms):
@@ -191,15 +194,23 @@ def worker(args: argparse.Namespace) -> None:
             "world_size": dist.get_world_size(),
             "steps_per_block": args.steps_per_block,
             "nccl_timing": os.environ.get("TORCH_NCCL_ENABLE_TIMING") == "1",
-            **summarize(samples, "plain"),
+            **summarize(samples, args.variants[0]),
             # The hooks' calls, entry to return, summed over a step's buckets (both timed by the same wrapper).
-            "timed_hook_host_ms_per_step_p50": percentile(variants["timed"].hook_host_ms, 50),
-            "timed_noop_hook_host_ms_per_step_p50": percentile(variants["timed_noop"].hook_host_ms, 50),
-            # The collective's path against the calibration path, round by round (ms per step).
-            **paired_difference(samples["timed"], samples["timed_noop"], "timed_minus_timed_noop_ms"),
-            **paired_difference(samples["timed_one_sync"], samples["timed"], "timed_one_sync_minus_timed_ms"),
-            "torch_hook_host_ms_per_step_p50": percentile(variants["torch_hook"].hook_host_ms, 50),
-            "timed_buckets": variants["timed"].buckets,
+            **{
+                f"{name}_hook_host_ms_per_step_p50": percentile(variant.hook_host_ms, 50)
+                for name, variant in variants.items()
+                if variant.hook_host_ms
+            },
+            # PAIRED's differences, round by round (ms per step).
+            **{
+                key: value
+                for name, baseline in PAIRED
+                if name in samples and baseline in samples
+                for key, value in paired_difference(
+                    samples[name], samples[baseline], f"{name}_minus_{baseline}_ms"
+                ).items()
+            },
+            "timed_buckets": max(variant.buckets for variant in variants.values()),
             # The main thread's wall ms per step in each timed variant's resolve (the drop, for timed_unresolved) and
             # statistics, timed around those calls alone.
             "main_thread_harness_ms_per_step_p50": {
@@ -233,8 +244,17 @@ def main() -> None:
     parser.add_argument("--warmup-steps", type=int, default=10)
     parser.add_argument("--steps-per-block", type=int, default=10)
     parser.add_argument("--blocks", type=int, default=30)
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated, the first the baseline of the ratios (default: all, {VARIANTS[0]} first)",
+    )
     parser.add_argument("--out", help="append the result as a JSON line to this file")
     args = parser.parse_args()
+    args.variants = [name for name in args.variants.split(",") if name]
+    unknown = sorted(set(args.variants) - set(VARIANTS))
+    if unknown or not args.variants:
+        parser.error(f"--variants: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(VARIANTS)}")
     nproc = args.nproc or (1 if args.device == "cuda" else 2)
     backend = "nccl" if args.device == "cuda" else "gloo"
     raise SystemExit(spawn_local(worker, nproc, (args,), backend=backend))

@@ -3,8 +3,8 @@
 #   1. the GPU cases of the stamps' tests;
 #   2. bench.hook_overhead, every variant interleaved: the timed path split into the hook's stamps, the resolve and the
 #      statistics, each with the main thread's wall ms in its resolve and statistics;
-#   3. py-spy --native on the same bench in its steady state: each thread's C/C++ leaf functions, so a cost in the
-#      resolve shows as the CUDA call it sits in (the raw stacks are kept for reading offline).
+#   3. py-spy --native on the timed variant alone, then on torch's hook alone, each in its steady state: every thread's
+#      C/C++ and Python stacks, kept raw for reading offline (where the timed path's extra host time sits).
 # Usage: OUT=dir [BATCH=128] [BLOCKS=30] [BENCH_ARGS=...] bash bench/hook_split.sh   (py-spy comes from ./.wheels where the image lacks it)
 set -u
 OUT=${OUT:-out}
@@ -17,14 +17,16 @@ python -m pytest -q -p no:cacheprovider tests/test_comm_hook.py -k "dropped or s
 python -m bench.hook_overhead $BENCH_ARGS --blocks "${BLOCKS:-30}" --out "$OUT/hook_b$BATCH.jsonl" 2>&1 | tail -2 | cut -c1-400
 command -v py-spy >/dev/null || python -m pip install -q --no-index --find-links .wheels py-spy 2>&1 | tail -2
 export PATH="$PATH:$HOME/.local/bin:$(python -c 'import sysconfig; print(sysconfig.get_path("scripts"))')"
-python -m bench.hook_overhead $BENCH_ARGS --blocks 400 >/dev/null 2>&1 &
-BENCH=$!
-sleep "${ATTACH_AFTER:-50}"
-PID=$(pgrep -f "multiprocessing.spawn|spawn_main" | head -1)
-PID=${PID:-$(pgrep -P $BENCH | tail -1)}
-echo "py-spy on pid ${PID:-none} (bench $BENCH)"
-py-spy record --pid "${PID:-$BENCH}" --threads --native --rate 100 --duration "${DURATION:-20}" --format raw \
-  -o "$OUT/hook_native_b$BATCH.txt" 2>&1 | tail -2
-kill $BENCH 2>/dev/null; pkill -f bench.hook_overhead 2>/dev/null
-wait
+# One variant per process, so that every sample of its main and autograd threads is that variant's.
+for VARIANT in timed torch_hook; do
+  python -m bench.hook_overhead $BENCH_ARGS --blocks 100000 --variants $VARIANT >/dev/null 2>&1 &
+  BENCH=$!
+  sleep "${ATTACH_AFTER:-40}"
+  PID=$(pgrep -f spawn_main | head -1)
+  echo "py-spy on $VARIANT, pid ${PID:-none}"
+  py-spy record --pid "${PID:-$BENCH}" --threads --native --rate 100 --duration "${DURATION:-15}" --format raw \
+    -o "$OUT/native_${VARIANT}_b$BATCH.txt" 2>&1 | tail -1
+  pkill -f bench.hook_overhead; pkill -f spawn_main
+  wait
+done
 ls -l "$OUT"
