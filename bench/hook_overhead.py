@@ -15,6 +15,10 @@ The variants are DDP copies of one model with the same weights and batch:
 - timed_no_stats: timed, resolving each step's stamps (the CUDA event queries) without computing its statistics;
 - timed_unresolved: timed, each step's stamps freed unread: the hook and its stamps alone.
   timed − timed_no_stats is what the statistics cost a step, timed_no_stats − timed_unresolved the resolve's;
+- timed_noop_stamped: timed_noop with the stamps of the allreduce path, a launch stamp and a done stamp taken in a
+  callback of the future the hook returns: everything of timed but the collective (`noop_with_collective_stamps`).
+  timed − timed_noop_stamped is what the collective itself costs a step, timed_noop_stamped − timed_noop what its
+  stamps and their resolve cost;
 - timed_one_sync: timed, its resolve waiting once, on the step's last stamp, and reading every other event without
   a wait of its own (a candidate for the resolve: `OneSyncStamps`).
 
@@ -45,8 +49,8 @@ from bench.ab import interleave, paired_difference, summarize, time_block, time_
 from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
-from harness.train.hook import TIMED_HOOKS, make_hook_state
-from harness.train.stamps import ResolvedStep, StepStamps
+from harness.train.hook import TIMED_HOOKS, TimedHookState, make_hook_state, returned
+from harness.train.stamps import CollectiveStamps, ResolvedStep, StepStamps
 from harness.train.step_stats import step_stats
 from models import get_model_spec
 
@@ -57,11 +61,36 @@ TIMED_VARIANTS = {
     "timed_no_stats": "allreduce",
     "timed_unresolved": "allreduce",
     "timed_one_sync": "allreduce",
+    "timed_noop_stamped": "noop_stamped",
 }
 VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
 # (variant, baseline) pairs whose per-round differences are reported: the collective's path against the calibration
 # path, and the candidate resolve against today's.
-PAIRED = (("timed", "timed_noop"), ("timed_one_sync", "timed"))
+PAIRED = (("timed", "timed_noop"), ("timed", "timed_noop_stamped"), ("timed_one_sync", "timed"))
+
+
+def noop_with_collective_stamps(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The timed noop hook stamped as the timed allreduce hook is: ready, a launch stamp, and a done stamp taken in a
+    callback of the future it returns. Only the collective is missing."""
+    buffer = bucket.buffer()
+    record = state._new_record(bucket, buffer, 0, buffer.dtype)
+    collective = CollectiveStamps(state.stamps.now())
+    record.collectives.append(collective)
+    future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+    future.set_result([buffer])
+
+    def stamp_done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        collective.done = state.stamps.now()
+        return fut.value()[0]
+
+    return returned(record, future.then(stamp_done))
+
+
+# DDP checks a hook's annotations against the types themselves; this module's annotations are strings.
+noop_with_collective_stamps.__annotations__["bucket"] = dist.GradBucket
+noop_with_collective_stamps.__annotations__["return"] = torch.futures.Future[torch.Tensor]
+# The bench's own hooks, beside the harness's.
+BENCH_HOOKS = {"noop_stamped": noop_with_collective_stamps}
 
 
 class OneSyncStamps(StepStamps):
@@ -107,7 +136,8 @@ class Variant:
         self._hook_ns = 0
         self.buckets = 0
         if self.state is not None:
-            self.ddp.register_comm_hook(self.state, self._host_timed(TIMED_HOOKS[timed_hook]))
+            hook_fn = BENCH_HOOKS[timed_hook] if timed_hook in BENCH_HOOKS else TIMED_HOOKS[timed_hook]
+            self.ddp.register_comm_hook(self.state, self._host_timed(hook_fn))
         elif hook == "torch_hook":
             self.ddp.register_comm_hook(None, self._host_timed(default_hooks.allreduce_hook))
         self.step_index = 0
