@@ -19,6 +19,10 @@ The variants are DDP copies of one model with the same weights and batch:
   callback of the future the hook returns: everything of timed but the collective (`noop_with_collective_stamps`).
   timed − timed_noop_stamped is what the collective itself costs a step, timed_noop_stamped − timed_noop what its
   stamps and their resolve cost;
+- timed_no_done: timed without the done stamp (its collectives count to their launch): the timed hook's collective
+  path less the event it records on the future callback's stream;
+- timed_done_untimed: timed_no_done, recording in that callback an event without timing instead (never read): whether
+  any event there costs, or only a timing one;
 - timed_one_sync: timed, its resolve waiting once, on the step's last stamp, and reading every other event without
   a wait of its own (a candidate for the resolve: `OneSyncStamps`).
 
@@ -62,11 +66,19 @@ TIMED_VARIANTS = {
     "timed_unresolved": "allreduce",
     "timed_one_sync": "allreduce",
     "timed_noop_stamped": "noop_stamped",
+    "timed_no_done": "allreduce_no_done",
+    "timed_done_untimed": "allreduce_done_untimed",
 }
 VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
 # (variant, baseline) pairs whose per-round differences are reported: the collective's path against the calibration
 # path, and the candidate resolve against today's.
-PAIRED = (("timed", "timed_noop"), ("timed", "timed_noop_stamped"), ("timed_one_sync", "timed"))
+PAIRED = (
+    ("timed", "timed_noop"),
+    ("timed", "timed_noop_stamped"),
+    ("timed_one_sync", "timed"),
+    ("timed", "timed_no_done"),
+    ("timed_done_untimed", "timed_no_done"),
+)
 
 
 def noop_with_collective_stamps(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -86,11 +98,38 @@ def noop_with_collective_stamps(state: TimedHookState, bucket: dist.GradBucket) 
     return returned(record, future.then(stamp_done))
 
 
+def _allreduce_without_done_stamp(state: TimedHookState, bucket: dist.GradBucket, untimed_event: bool):
+    """The timed allreduce hook (world size 1: no division) without its done stamp; with `untimed_event`, an event
+    without timing recorded where the done stamp would be (on the callback's stream) and dropped."""
+    tensor = bucket.buffer()
+    record = state._new_record(bucket, tensor, tensor.numel() * tensor.element_size(), tensor.dtype)
+    record.collectives.append(CollectiveStamps(state.stamps.now()))
+    work = dist.group.WORLD.allreduce([tensor], dist.AllreduceOptions())
+
+    def done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        if untimed_event:
+            torch.cuda.Event().record()
+        return fut.value()[0]
+
+    return returned(record, work.get_future().then(done))
+
+
+def allreduce_no_done(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return _allreduce_without_done_stamp(state, bucket, untimed_event=False)
+
+
+def allreduce_done_untimed(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return _allreduce_without_done_stamp(state, bucket, untimed_event=True)
+
+
 # DDP checks a hook's annotations against the types themselves; this module's annotations are strings.
-noop_with_collective_stamps.__annotations__["bucket"] = dist.GradBucket
-noop_with_collective_stamps.__annotations__["return"] = torch.futures.Future[torch.Tensor]
-# The bench's own hooks, beside the harness's.
-BENCH_HOOKS = {"noop_stamped": noop_with_collective_stamps}
+BENCH_HOOKS = {
+    "noop_stamped": noop_with_collective_stamps,
+    "allreduce_no_done": allreduce_no_done,
+    "allreduce_done_untimed": allreduce_done_untimed,
+}
+for _hook in BENCH_HOOKS.values():
+    _hook.__annotations__.update({"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]})
 
 
 class OneSyncStamps(StepStamps):
