@@ -357,20 +357,19 @@ def test_stamps_are_recorded_on_the_current_stream():
     stamps = StepStamps(use_cuda=True)
     side = torch.cuda.Stream()
     assert current_stream() == torch.cuda.current_stream()
+    # torch's own events around the same sleep: a sleep is counted in GPU cycles, so two sleeps apart would differ
+    # by the clock's ramp from idle.
+    reference_start, reference_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     with torch.cuda.stream(side):
         assert current_stream() == torch.cuda.current_stream() == side
+        reference_start.record()
         before = stamps.now()
         torch.cuda._sleep(50_000_000)  # tens of ms of GPU time on `side` only
         after = stamps.now()
+        reference_end.record()
     assert current_stream() == torch.cuda.current_stream() != side
     torch.cuda.synchronize()
     slept_ms = stamps.elapsed_ms(before, after)
-    reference_start, reference_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    with torch.cuda.stream(side):  # the same sleep, timed by torch's own events
-        reference_start.record()
-        torch.cuda._sleep(50_000_000)
-        reference_end.record()
-    torch.cuda.synchronize()
     expected_ms = reference_start.elapsed_time(reference_end)
     assert expected_ms > 5
     assert abs(slept_ms - expected_ms) < 0.25 * expected_ms, (slept_ms, expected_ms)
