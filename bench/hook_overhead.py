@@ -5,26 +5,28 @@
 
 The variants are DDP copies of one model with the same weights and batch:
 - plain: DDP's own built-in (C++) reduction, no hook;
-- torch_hook: torch's own Python `allreduce_hook`, the floor for any Python hook;
+- torch_hook: torch's own Python `allreduce_hook`: what a Python hook costs before anything is timed;
 - timed: the timed allreduce hook plus the per-step work the training callback does (begin the step,
   resolve the step two back, compute its statistics). TensorBoard writing is not included here;
   bench.trainer_overhead measures the whole harness trainer;
 - timed_noop: the same with the timed noop hook, which is the path of a calibration step (the collective
   skipped). timed − timed_noop, per round, is what train.py's in-run exposed estimate measures at this world
-  size (issue 10): at world size 1 there is nothing to send, so it is the host work of the collective's path;
+  size (issue 10): at world size 1 there is nothing to send, so it is what the timed collective's path costs;
 - timed_no_stats: timed, resolving each step's stamps (the CUDA event queries) without computing its statistics;
 - timed_unresolved: timed, each step's stamps freed unread: the hook and its stamps alone.
   timed − timed_no_stats is what the statistics cost a step, timed_no_stats − timed_unresolved the resolve's;
 - timed_noop_stamped: timed_noop with the stamps of the allreduce path, a launch stamp and a done stamp taken in a
   callback of the future the hook returns: everything of timed but the collective (`noop_with_collective_stamps`).
-  timed − timed_noop_stamped is what the collective itself costs a step, timed_noop_stamped − timed_noop what its
-  stamps and their resolve cost;
+  timed − timed_noop_stamped is what issuing the collective costs a step among those stamps, timed_noop_stamped −
+  timed_noop what the stamps and their resolve cost without it;
 - timed_no_done: timed without the done stamp (its collectives count to their launch): the timed hook's collective
   path less the event it records on the future callback's stream;
 - timed_done_untimed: timed_no_done, recording in that callback an event without timing instead (never read): whether
   any event there costs, or only a timing one;
-- timed_one_sync: timed, its resolve waiting once, on the step's last stamp, and reading every other event without
-  a wait of its own (a candidate for the resolve: `OneSyncStamps`).
+
+--profile-steps N then runs N more steps of each variant under torch.profiler and reports, per step, the GPU's kernel
+time and every CUDA runtime call's host time by name, with its longest single call: a call that waits for the GPU (a
+hidden synchronization) shows as a long one, a stalled GPU as kernel time short of the step's wall time.
 
 Each timed variant also reports the main thread's wall time per step in its per-step harness work: the resolve (or
 the drop) and the statistics, timed around those calls alone.
@@ -54,7 +56,7 @@ from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
 from harness.train.hook import TIMED_HOOKS, TimedHookState, make_hook_state, returned
-from harness.train.stamps import CollectiveStamps, ResolvedStep, StepStamps
+from harness.train.stamps import CollectiveStamps
 from harness.train.step_stats import step_stats
 from models import get_model_spec
 
@@ -64,7 +66,6 @@ TIMED_VARIANTS = {
     "timed_noop": "noop",
     "timed_no_stats": "allreduce",
     "timed_unresolved": "allreduce",
-    "timed_one_sync": "allreduce",
     "timed_noop_stamped": "noop_stamped",
     "timed_no_done": "allreduce_no_done",
     "timed_done_untimed": "allreduce_done_untimed",
@@ -75,7 +76,6 @@ VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
 PAIRED = (
     ("timed", "timed_noop"),
     ("timed", "timed_noop_stamped"),
-    ("timed_one_sync", "timed"),
     ("timed", "timed_no_done"),
     ("timed_done_untimed", "timed_no_done"),
 )
@@ -132,30 +132,6 @@ for _hook in BENCH_HOOKS.values():
     _hook.__annotations__.update({"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]})
 
 
-class OneSyncStamps(StepStamps):
-    """StepStamps whose resolve waits once, for the step's last stamp on the GPU, then reads every event of the step
-    without a wait of its own: a candidate for the resolve, against one cudaEventSynchronize per event.
-
-    The step's last stamp is the next step's start where it has one, else the step's end: both are on the stream
-    that DDP makes wait for every bucket's future, so every stamp of the step was reached before them."""
-
-    _waited = False
-
-    def resolve(self, step: int) -> ResolvedStep:
-        if self.use_cuda:
-            self._starts.get(step + 1, self._ends[step]).synchronize()
-        self._waited = True
-        try:
-            return super().resolve(step)
-        finally:
-            self._waited = False
-
-    def elapsed_ms(self, start, end) -> float:
-        if self.use_cuda and self._waited:
-            return start.elapsed_time(end)
-        return super().elapsed_ms(start, end)
-
-
 class Variant:
     """One DDP copy of the model, with or without the timed hook, that runs one training step per call."""
 
@@ -166,8 +142,6 @@ class Variant:
         self.spec, self.batch, self.bf16, self.cuda = spec, batch, bf16, cuda
         timed_hook = TIMED_VARIANTS.get(hook)
         self.state = make_hook_state(timed_hook, self.ddp.module, use_cuda=cuda) if timed_hook else None
-        if hook == "timed_one_sync":
-            self.state.stamps = OneSyncStamps(cuda)
         # Per step, the main thread's wall ms in the resolve (or the drop) and in the statistics.
         self.resolve_ms: list[float] = []
         self.stats_ms: list[float] = []
@@ -225,6 +199,32 @@ class Variant:
         self.step_index += 1
 
 
+def profile_steps(variant: Variant, steps: int, cuda: bool) -> dict[str, object]:
+    """`steps` steps of `variant` under torch.profiler: per step its wall ms, the GPU's kernel ms, and the CUDA
+    runtime calls' host ms by name (the busiest ten), each with its longest single call in ms."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        wall_ms = time_block(variant.step, steps, cuda)
+    calls: dict[str, list[float]] = {}
+    kernel_us = 0.0
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            kernel_us += event.self_device_time_total
+        elif event.name.startswith(("cuda", "cu")) and not event.name.startswith("cudnn"):
+            calls.setdefault(event.name, []).append(event.cpu_time_total / 1e3)
+    busiest = sorted(calls.items(), key=lambda kv: -sum(kv[1]))[:10]
+    return {
+        "wall_ms_per_step": wall_ms,
+        "kernel_ms_per_step": kernel_us / 1e3 / steps,
+        "runtime_calls": {
+            name: {"ms_per_step": sum(ms) / steps, "calls_per_step": len(ms) / steps, "max_ms": max(ms)}
+            for name, ms in busiest
+        },
+    }
+
+
 def worker(args: argparse.Namespace) -> None:
     rank = dist.get_rank()
     cuda = args.device == "cuda"
@@ -253,6 +253,11 @@ def worker(args: argparse.Namespace) -> None:
         return times.wall_ms
 
     samples = interleave({name: functools.partial(run_block, name) for name in variants}, args.blocks)
+    profiles = (
+        {name: profile_steps(variant, args.profile_steps, cuda) for name, variant in variants.items()}
+        if args.profile_steps
+        else {}
+    )
     if rank == 0:
         record = {
             "bench": "hook_overhead",
@@ -293,6 +298,7 @@ def worker(args: argparse.Namespace) -> None:
                 name: {label: percentile(values, 50) for label, values in labels.items()}
                 for name, labels in threads_ms.items()
             },
+            **({"profiled_steps": args.profile_steps, "profiles": profiles} if args.profile_steps else {}),
             "round_ms_per_step": samples,  # every variant's rounds, in order: other pairings offline
             "run_info": run_info(),
         }
@@ -318,6 +324,7 @@ def main() -> None:
         default=",".join(VARIANTS),
         help=f"comma-separated, the first the baseline of the ratios (default: all, {VARIANTS[0]} first)",
     )
+    parser.add_argument("--profile-steps", type=int, default=0, help="then profile this many steps of each variant")
     parser.add_argument("--out", help="append the result as a JSON line to this file")
     args = parser.parse_args()
     args.variants = [name for name in args.variants.split(",") if name]
