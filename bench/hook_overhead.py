@@ -71,6 +71,8 @@ TIMED_VARIANTS = {
     "timed_done_untimed": "allreduce_done_untimed",
 }
 VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
+# Variants that record CUDA events of their own.
+GPU_ONLY = ("timed_done_untimed",)
 # (variant, baseline) pairs whose per-round differences are reported: the collective's path against the calibration
 # path, and the candidate resolve against today's.
 PAIRED = (
@@ -321,16 +323,18 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=30)
     parser.add_argument(
         "--variants",
-        default=",".join(VARIANTS),
-        help=f"comma-separated, the first the baseline of the ratios (default: all, {VARIANTS[0]} first)",
+        help=f"comma-separated, the first the baseline of the ratios (default: all the device runs, {VARIANTS[0]} first)",
     )
     parser.add_argument("--profile-steps", type=int, default=0, help="then profile this many steps of each variant")
     parser.add_argument("--out", help="append the result as a JSON line to this file")
     args = parser.parse_args()
-    args.variants = [name for name in args.variants.split(",") if name]
-    unknown = sorted(set(args.variants) - set(VARIANTS))
+    available = [name for name in VARIANTS if args.device == "cuda" or name not in GPU_ONLY]
+    args.variants = [name for name in (args.variants or ",".join(available)).split(",") if name]
+    unknown = sorted(set(args.variants) - set(available))
     if unknown or not args.variants:
-        parser.error(f"--variants: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(VARIANTS)}")
+        parser.error(
+            f"--variants: {', '.join(unknown) or 'none given'}; on {args.device} choose from {', '.join(available)}"
+        )
     nproc = args.nproc or (1 if args.device == "cuda" else 2)
     backend = "nccl" if args.device == "cuda" else "gloo"
     raise SystemExit(spawn_local(worker, nproc, (args,), backend=backend))
