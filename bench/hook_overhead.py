@@ -323,7 +323,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=30)
     parser.add_argument(
         "--variants",
-        help=f"comma-separated, the first the baseline of the ratios (default: all the device runs, {VARIANTS[0]} first)",
+        help=f"comma-separated, the first the ratios' baseline (default: all the device can run, {VARIANTS[0]} first)",
     )
     parser.add_argument("--profile-steps", type=int, default=0, help="then profile this many steps of each variant")
     parser.add_argument("--out", help="append the result as a JSON line to this file")
