@@ -55,7 +55,7 @@ from bench.ab import interleave, paired_difference, summarize, time_block, time_
 from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
-from harness.train.hook import TIMED_HOOKS, TimedHookState, make_hook_state, returned
+from harness.train.hook import TIMED_HOOKS, TimedHookState, _all_reduce_sum, make_hook_state, pre_divide, returned
 from harness.train.stamps import CollectiveStamps
 from harness.train.step_stats import step_stats
 from models import get_model_spec
@@ -74,7 +74,7 @@ VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
 # Variants that record CUDA events of their own.
 GPU_ONLY = ("timed_done_untimed",)
 # (variant, baseline) pairs whose per-round differences are reported: the collective's path against the calibration
-# path, and the candidate resolve against today's.
+# path, against the same stamps without the collective, and without its done stamp; an untimed event in its place.
 PAIRED = (
     ("timed", "timed_noop"),
     ("timed", "timed_noop_stamped"),
@@ -100,13 +100,17 @@ def noop_with_collective_stamps(state: TimedHookState, bucket: dist.GradBucket) 
     return returned(record, future.then(stamp_done))
 
 
-def _allreduce_without_done_stamp(state: TimedHookState, bucket: dist.GradBucket, untimed_event: bool):
-    """The timed allreduce hook (world size 1: no division) without its done stamp; with `untimed_event`, an event
-    without timing recorded where the done stamp would be (on the callback's stream) and dropped."""
+def _allreduce_without_done_stamp(
+    state: TimedHookState, bucket: dist.GradBucket, untimed_event: bool
+) -> torch.futures.Future[torch.Tensor]:
+    """The timed allreduce hook without its done stamp; with `untimed_event`, an event without timing recorded where
+    the done stamp would be (on the callback's stream) and dropped."""
+    group = dist.group.WORLD
     tensor = bucket.buffer()
     record = state._new_record(bucket, tensor, tensor.numel() * tensor.element_size(), tensor.dtype)
+    pre_divide(tensor, group.size())
     record.collectives.append(CollectiveStamps(state.stamps.now()))
-    work = dist.group.WORLD.allreduce([tensor], dist.AllreduceOptions())
+    work = _all_reduce_sum(tensor, group)
 
     def done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
         if untimed_event:
