@@ -23,6 +23,7 @@ The variants are DDP copies of one model with the same weights and batch:
   path less the event it records on the future callback's stream;
 - timed_done_untimed: timed_no_done, recording in that callback an event without timing instead (never read): whether
   any event there costs, or only a timing one;
+- timed_launch_after: timed, its launch stamp taken once the collective is enqueued rather than just before it;
 
 --profile-steps N then runs N more steps of each variant under torch.profiler and reports, per step, the GPU's kernel
 time and every CUDA runtime call's host time by name, with its longest single call: a call that waits for the GPU (a
@@ -69,17 +70,20 @@ TIMED_VARIANTS = {
     "timed_noop_stamped": "noop_stamped",
     "timed_no_done": "allreduce_no_done",
     "timed_done_untimed": "allreduce_done_untimed",
+    "timed_launch_after": "allreduce_launch_after",
 }
 VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
 # Variants that record CUDA events of their own.
 GPU_ONLY = ("timed_done_untimed",)
 # (variant, baseline) pairs whose per-round differences are reported: the collective's path against the calibration
-# path, against the same stamps without the collective, and without its done stamp; an untimed event in its place.
+# path, against the same stamps without the collective, without its done stamp, with its launch stamp after the
+# launch; an untimed event in the done stamp's place.
 PAIRED = (
     ("timed", "timed_noop"),
     ("timed", "timed_noop_stamped"),
     ("timed", "timed_no_done"),
     ("timed_done_untimed", "timed_no_done"),
+    ("timed", "timed_launch_after"),
 )
 
 
@@ -100,32 +104,42 @@ def noop_with_collective_stamps(state: TimedHookState, bucket: dist.GradBucket) 
     return returned(record, future.then(stamp_done))
 
 
-def _allreduce_without_done_stamp(
-    state: TimedHookState, bucket: dist.GradBucket, untimed_event: bool
+def _timed_allreduce_variant(
+    state: TimedHookState, bucket: dist.GradBucket, done: str, launch_after: bool = False
 ) -> torch.futures.Future[torch.Tensor]:
-    """The timed allreduce hook without its done stamp; with `untimed_event`, an event without timing recorded where
-    the done stamp would be (on the callback's stream) and dropped."""
+    """The timed allreduce hook with one thing changed. `done`: "timed", its done stamp as the hook takes it (in the
+    callback, on the callback's stream); "none", no done stamp (its collective counts to its launch); "untimed", an
+    event without timing recorded there instead and dropped. `launch_after`: the launch stamp taken once the collective
+    is enqueued rather than just before (the same place on the training stream, which NCCL's own event record joins)."""
     group = dist.group.WORLD
     tensor = bucket.buffer()
     record = state._new_record(bucket, tensor, tensor.numel() * tensor.element_size(), tensor.dtype)
     pre_divide(tensor, group.size())
-    record.collectives.append(CollectiveStamps(state.stamps.now()))
+    before = None if launch_after else state.stamps.now()
     work = _all_reduce_sum(tensor, group)
+    collective = CollectiveStamps(before if before is not None else state.stamps.now())
+    record.collectives.append(collective)
 
-    def done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-        if untimed_event:
+    def on_done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        if done == "timed":
+            collective.done = state.stamps.now()
+        elif done == "untimed":
             torch.cuda.Event().record()
         return fut.value()[0]
 
-    return returned(record, work.get_future().then(done))
+    return returned(record, work.get_future().then(on_done))
 
 
 def allreduce_no_done(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    return _allreduce_without_done_stamp(state, bucket, untimed_event=False)
+    return _timed_allreduce_variant(state, bucket, done="none")
 
 
 def allreduce_done_untimed(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    return _allreduce_without_done_stamp(state, bucket, untimed_event=True)
+    return _timed_allreduce_variant(state, bucket, done="untimed")
+
+
+def allreduce_launch_after(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return _timed_allreduce_variant(state, bucket, done="timed", launch_after=True)
 
 
 # DDP checks a hook's annotations against the types themselves; this module's annotations are strings.
@@ -133,6 +147,7 @@ BENCH_HOOKS = {
     "noop_stamped": noop_with_collective_stamps,
     "allreduce_no_done": allreduce_no_done,
     "allreduce_done_untimed": allreduce_done_untimed,
+    "allreduce_launch_after": allreduce_launch_after,
 }
 for _hook in BENCH_HOOKS.values():
     _hook.__annotations__.update({"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]})
