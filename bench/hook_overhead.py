@@ -56,7 +56,7 @@ from bench.ab import interleave, paired_difference, summarize, time_block, time_
 from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
-from harness.train.hook import TIMED_HOOKS, TimedHookState, _all_reduce_sum, make_hook_state, pre_divide, returned
+from harness.train.hook import TIMED_HOOKS, TimedHookState, all_reduce_sum, make_hook_state, pre_divide, returned
 from harness.train.stamps import CollectiveStamps
 from harness.train.step_stats import step_stats
 from models import get_model_spec
@@ -116,7 +116,7 @@ def _timed_allreduce_variant(
     record = state._new_record(bucket, tensor, tensor.numel() * tensor.element_size(), tensor.dtype)
     pre_divide(tensor, group.size())
     before = None if launch_after else state.stamps.now()
-    work = _all_reduce_sum(tensor, group)
+    work = all_reduce_sum(tensor, group)
     collective = CollectiveStamps(before if before is not None else state.stamps.now())
     record.collectives.append(collective)
 

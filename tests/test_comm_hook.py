@@ -274,13 +274,13 @@ def test_nccl_bucket_time_agrees_with_nccls_own_timing(tmp_path, monkeypatch):
     from harness.train import hook as hook_module
 
     works: list[dist.Work] = []
-    launch = hook_module._all_reduce_sum
+    launch = hook_module.all_reduce_sum
 
     def keep_work(tensor: torch.Tensor, group: dist.ProcessGroup) -> dist.Work:
         works.append(launch(tensor, group))
         return works[-1]
 
-    monkeypatch.setattr(hook_module, "_all_reduce_sum", keep_work)
+    monkeypatch.setattr(hook_module, "all_reduce_sum", keep_work)
     device = torch.device("cuda", 0)
     torch.manual_seed(0)
     big = torch.nn.Sequential(torch.nn.Flatten(), *[torch.nn.Linear(4096, 4096) for _ in range(6)])

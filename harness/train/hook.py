@@ -102,7 +102,7 @@ class TimedHookState:
         completes. The future's value is `then(result)` (run after the done stamp), or the result itself."""
         collective = CollectiveStamps(self.stamps.now())
         record.collectives.append(collective)
-        work = _all_reduce_sum(tensor, group)
+        work = all_reduce_sum(tensor, group)
 
         def stamp_done(fut: torch.futures.Future[list[torch.Tensor]]) -> Any:
             collective.done = self.stamps.now()
@@ -147,7 +147,7 @@ def returned(record: BucketRecord, future: torch.futures.Future[Any]) -> torch.f
     return future
 
 
-def _all_reduce_sum(tensor: torch.Tensor, group: dist.ProcessGroup) -> dist.Work:
+def all_reduce_sum(tensor: torch.Tensor, group: dist.ProcessGroup) -> dist.Work:
     """`dist.all_reduce(tensor, group=group, async_op=True)` without its Python wrapper.
 
     The wrapper's argument checks and logging decorators cost tens of µs a call on the autograd thread;
