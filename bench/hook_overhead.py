@@ -87,36 +87,27 @@ PAIRED = (
 )
 
 
-def noop_with_collective_stamps(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """The timed noop hook stamped as the timed allreduce hook is: ready, a launch stamp, and a done stamp taken in a
-    callback of the future it returns. Only the collective is missing."""
-    buffer = bucket.buffer()
-    record = state._new_record(bucket, buffer, 0, buffer.dtype)
-    collective = CollectiveStamps(state.stamps.now())
-    record.collectives.append(collective)
-    future: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
-    future.set_result([buffer])
-
-    def stamp_done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-        collective.done = state.stamps.now()
-        return fut.value()[0]
-
-    return returned(record, future.then(stamp_done))
-
-
 def _timed_allreduce_variant(
-    state: TimedHookState, bucket: dist.GradBucket, done: str, launch_after: bool = False
+    state: TimedHookState, bucket: dist.GradBucket, done: str, launch_after: bool = False, send: bool = True
 ) -> torch.futures.Future[torch.Tensor]:
     """The timed allreduce hook with one thing changed. `done`: "timed", its done stamp as the hook takes it (in the
     callback, on the callback's stream); "none", no done stamp (its collective counts to its launch); "untimed", an
     event without timing recorded there instead and dropped. `launch_after`: the launch stamp taken once the collective
-    is enqueued rather than just before (the same place on the training stream, which NCCL's own event record joins)."""
+    is enqueued rather than just before (the same place on the training stream, which NCCL's own event record joins).
+    Without `send`, every stamp is taken but nothing is divided or sent: the future completes at once with the
+    bucket as it is, and its callback runs then."""
     group = dist.group.WORLD
     tensor = bucket.buffer()
-    record = state._new_record(bucket, tensor, tensor.numel() * tensor.element_size(), tensor.dtype)
-    pre_divide(tensor, group.size())
+    sent = tensor.numel() * tensor.element_size() if send else 0
+    record = state._new_record(bucket, tensor, sent, tensor.dtype)
+    if send:
+        pre_divide(tensor, group.size())  # after the ready stamp, before the launch stamp, as the timed hook does
     before = None if launch_after else state.stamps.now()
-    work = all_reduce_sum(tensor, group)
+    if send:
+        future = all_reduce_sum(tensor, group).get_future()
+    else:
+        future = torch.futures.Future()
+        future.set_result([tensor])
     collective = CollectiveStamps(before if before is not None else state.stamps.now())
     record.collectives.append(collective)
 
@@ -127,7 +118,11 @@ def _timed_allreduce_variant(
             torch.cuda.Event().record()
         return fut.value()[0]
 
-    return returned(record, work.get_future().then(on_done))
+    return returned(record, future.then(on_done))
+
+
+def noop_with_collective_stamps(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return _timed_allreduce_variant(state, bucket, done="timed", send=False)
 
 
 def allreduce_no_done(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
