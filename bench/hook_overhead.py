@@ -24,6 +24,8 @@ The variants are DDP copies of one model with the same weights and batch:
 - timed_done_untimed: timed_no_done, recording in that callback an event without timing instead (never read): whether
   any event there costs, or only a timing one;
 - timed_launch_after: timed, its launch stamp taken once the collective is enqueued rather than just before it;
+- timed_ready_only: timed with one event a bucket, its ready stamp: no launch or done stamp. Against torch_hook, what
+  remains is the hook's Python path with one event;
 
 --profile-steps N then runs N more steps of each variant under torch.profiler and reports, per step, the GPU's kernel
 time and every CUDA runtime call's host time by name, with its longest single call: a call that waits for the GPU (a
@@ -71,6 +73,7 @@ TIMED_VARIANTS = {
     "timed_no_done": "allreduce_no_done",
     "timed_done_untimed": "allreduce_done_untimed",
     "timed_launch_after": "allreduce_launch_after",
+    "timed_ready_only": "allreduce_ready_only",
 }
 VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
 # Variants that record CUDA events of their own.
@@ -84,16 +87,20 @@ PAIRED = (
     ("timed", "timed_no_done"),
     ("timed_done_untimed", "timed_no_done"),
     ("timed", "timed_launch_after"),
+    ("timed", "timed_ready_only"),
+    ("timed_ready_only", "torch_hook"),
 )
 
 
 def _timed_allreduce_variant(
-    state: TimedHookState, bucket: dist.GradBucket, done: str, launch_after: bool = False, send: bool = True
+    state: TimedHookState, bucket: dist.GradBucket, done: str, launch: str = "before", send: bool = True
 ) -> torch.futures.Future[torch.Tensor]:
     """The timed allreduce hook with one thing changed. `done`: "timed", its done stamp as the hook takes it (in the
     callback, on the callback's stream); "none", no done stamp (its collective counts to its launch); "untimed", an
-    event without timing recorded there instead and dropped. `launch_after`: the launch stamp taken once the collective
-    is enqueued rather than just before (the same place on the training stream, which NCCL's own event record joins).
+    event without timing recorded there instead and dropped. `launch`: "before", the launch stamp taken just before the
+    collective is enqueued, as the hook takes it; "after", once it is enqueued (the same place on the training stream,
+    which NCCL's own event record joins); "ready", neither a launch nor a done stamp: the bucket's one event is its
+    ready stamp.
     Without `send`, every stamp is taken but nothing is divided or sent: the future completes at once with the
     bucket as it is, and its callback runs then."""
     group = dist.group.WORLD
@@ -102,13 +109,15 @@ def _timed_allreduce_variant(
     record = state._new_record(bucket, tensor, sent, tensor.dtype)
     if send:
         pre_divide(tensor, group.size())  # after the ready stamp, before the launch stamp, as the timed hook does
-    before = None if launch_after else state.stamps.now()
+    launched = state.stamps.now() if launch == "before" else None
     if send:
         future = all_reduce_sum(tensor, group).get_future()
     else:
         future = torch.futures.Future()
         future.set_result([tensor])
-    collective = CollectiveStamps(before if before is not None else state.stamps.now())
+    if launch == "ready":  # one stamp, the ready one: no collective is recorded (its resolve reads none)
+        return returned(record, future.then(lambda fut: fut.value()[0]))
+    collective = CollectiveStamps(launched if launched is not None else state.stamps.now())
     record.collectives.append(collective)
 
     def on_done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
@@ -134,7 +143,11 @@ def allreduce_done_untimed(state: TimedHookState, bucket: dist.GradBucket) -> to
 
 
 def allreduce_launch_after(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    return _timed_allreduce_variant(state, bucket, done="timed", launch_after=True)
+    return _timed_allreduce_variant(state, bucket, done="timed", launch="after")
+
+
+def allreduce_ready_only(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return _timed_allreduce_variant(state, bucket, done="none", launch="ready")
 
 
 # DDP checks a hook's annotations against the types themselves; this module's annotations are strings.
@@ -143,6 +156,7 @@ BENCH_HOOKS = {
     "allreduce_no_done": allreduce_no_done,
     "allreduce_done_untimed": allreduce_done_untimed,
     "allreduce_launch_after": allreduce_launch_after,
+    "allreduce_ready_only": allreduce_ready_only,
 }
 for _hook in BENCH_HOOKS.values():
     _hook.__annotations__.update({"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]})
@@ -269,11 +283,12 @@ def worker(args: argparse.Namespace) -> None:
         return times.wall_ms
 
     samples = interleave({name: functools.partial(run_block, name) for name in variants}, args.blocks)
-    profiles = (
-        {name: profile_steps(variant, args.profile_steps, cuda) for name, variant in variants.items()}
-        if args.profile_steps
-        else {}
-    )
+    profiles: dict[str, object] = {}
+    for name, variant in variants.items() if args.profile_steps else ():
+        try:
+            profiles[name] = profile_steps(variant, args.profile_steps, cuda)
+        except Exception as error:  # the profiler's reading is extra: its failure must not lose the rounds above
+            profiles[name] = {"error": f"{type(error).__name__}: {error}"}
     if rank == 0:
         record = {
             "bench": "hook_overhead",
