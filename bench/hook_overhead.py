@@ -24,6 +24,9 @@ The variants are DDP copies of one model with the same weights and batch:
 - timed_done_untimed: timed_no_done, recording in that callback an event without timing instead (never read): whether
   any event there costs, or only a timing one;
 - timed_launch_after: timed, its launch stamp taken once the collective is enqueued rather than just before it;
+- timed_done_last: timed with a done stamp on the step's last bucket only: whether the done stamps cost per event;
+- timed_done_side, timed_done_side_high: timed, each done stamp recorded on a stream of its own (normal or high
+  priority) made to wait for the callback's, rather than on the callback's pool stream;
 - timed_ready_only: timed with one event a bucket, its ready stamp: no launch or done stamp. Against torch_hook, what
   remains is the hook's Python path with one event;
 
@@ -74,10 +77,13 @@ TIMED_VARIANTS = {
     "timed_done_untimed": "allreduce_done_untimed",
     "timed_launch_after": "allreduce_launch_after",
     "timed_ready_only": "allreduce_ready_only",
+    "timed_done_last": "allreduce_done_last",
+    "timed_done_side": "allreduce_done_side",
+    "timed_done_side_high": "allreduce_done_side_high",
 }
 VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
 # Variants that record CUDA events of their own.
-GPU_ONLY = ("timed_done_untimed",)
+GPU_ONLY = ("timed_done_untimed", "timed_done_side", "timed_done_side_high")
 # (variant, baseline) pairs whose per-round differences are reported: the collective's path against the calibration
 # path, against the same stamps without the collective, without its done stamp, with its launch stamp after the
 # launch; an untimed event in the done stamp's place.
@@ -89,6 +95,9 @@ PAIRED = (
     ("timed", "timed_launch_after"),
     ("timed", "timed_ready_only"),
     ("timed_ready_only", "torch_hook"),
+    ("timed_done_last", "timed_no_done"),
+    ("timed_done_side", "timed_no_done"),
+    ("timed_done_side_high", "timed_no_done"),
 )
 
 
@@ -97,10 +106,12 @@ def _timed_allreduce_variant(
 ) -> torch.futures.Future[torch.Tensor]:
     """The timed allreduce hook with one thing changed. `done`: "timed", its done stamp as the hook takes it (in the
     callback, on the callback's stream); "none", no done stamp (its collective counts to its launch); "untimed", an
-    event without timing recorded there instead and dropped. `launch`: "before", the launch stamp taken just before the
-    collective is enqueued, as the hook takes it; "after", once it is enqueued (the same place on the training stream,
-    which NCCL's own event record joins); "ready", neither a launch nor a done stamp: the bucket's one event is its
-    ready stamp.
+    event without timing recorded there instead and dropped; "last", its done stamp on the step's last bucket only
+    (`bucket.is_last()`), the others counting to their launch; "side" and "side_high", its done stamp recorded on a
+    stream of its own (of high priority for "side_high") made to wait for the callback's.
+    `launch`: "before", the launch stamp taken just before the collective is enqueued, as the hook takes it;
+    "after", once it is enqueued (the same place on the training stream, which NCCL's own event record joins);
+    "ready", neither a launch nor a done stamp: the bucket's one event is its ready stamp.
     Without `send`, every stamp is taken but nothing is divided or sent: the future completes at once with the
     bucket as it is, and its callback runs then."""
     group = dist.group.WORLD
@@ -121,13 +132,29 @@ def _timed_allreduce_variant(
     record.collectives.append(collective)
 
     def on_done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-        if done == "timed":
+        if done == "timed" or (done == "last" and bucket.is_last()):
             collective.done = state.stamps.now()
         elif done == "untimed":
             torch.cuda.Event().record()
+        elif done in ("side", "side_high"):
+            side = _stamp_stream(high_priority=done == "side_high")
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                collective.done = state.stamps.now()
         return fut.value()[0]
 
     return returned(record, future.then(on_done))
+
+
+_STAMP_STREAMS: dict[bool, torch.cuda.Stream] = {}
+
+
+def _stamp_stream(high_priority: bool) -> torch.cuda.Stream:
+    """One stream for the done stamps alone (timed_done_side): whether a timing event costs the step less there than
+    on the callback's pool stream."""
+    if high_priority not in _STAMP_STREAMS:
+        _STAMP_STREAMS[high_priority] = torch.cuda.Stream(priority=-1 if high_priority else 0)
+    return _STAMP_STREAMS[high_priority]
 
 
 def noop_with_collective_stamps(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -146,6 +173,18 @@ def allreduce_launch_after(state: TimedHookState, bucket: dist.GradBucket) -> to
     return _timed_allreduce_variant(state, bucket, done="timed", launch="after")
 
 
+def allreduce_done_last(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return _timed_allreduce_variant(state, bucket, done="last")
+
+
+def allreduce_done_side(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return _timed_allreduce_variant(state, bucket, done="side")
+
+
+def allreduce_done_side_high(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return _timed_allreduce_variant(state, bucket, done="side_high")
+
+
 def allreduce_ready_only(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     return _timed_allreduce_variant(state, bucket, done="none", launch="ready")
 
@@ -157,6 +196,9 @@ BENCH_HOOKS = {
     "allreduce_done_untimed": allreduce_done_untimed,
     "allreduce_launch_after": allreduce_launch_after,
     "allreduce_ready_only": allreduce_ready_only,
+    "allreduce_done_last": allreduce_done_last,
+    "allreduce_done_side": allreduce_done_side,
+    "allreduce_done_side_high": allreduce_done_side_high,
 }
 for _hook in BENCH_HOOKS.values():
     _hook.__annotations__.update({"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]})
