@@ -27,6 +27,7 @@ The variants are DDP copies of one model with the same weights and batch:
 - timed_done_last: timed with a done stamp on the step's last bucket only: whether the done stamps cost per event;
 - timed_done_side, timed_done_side_high: timed, each done stamp recorded on a stream of its own (normal or high
   priority) made to wait for the callback's, rather than on the callback's pool stream;
+- timed_done_every10: timed with every bucket's done stamp on every tenth step only: what sampling them would cost;
 - timed_ready_only: timed with one event a bucket, its ready stamp: no launch or done stamp. Against torch_hook, what
   remains is the hook's Python path with one event;
 
@@ -80,6 +81,7 @@ TIMED_VARIANTS = {
     "timed_done_last": "allreduce_done_last",
     "timed_done_side": "allreduce_done_side",
     "timed_done_side_high": "allreduce_done_side_high",
+    "timed_done_every10": "allreduce_done_every10",
 }
 VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
 # Variants that record CUDA events of their own.
@@ -98,6 +100,8 @@ PAIRED = (
     ("timed_done_last", "timed_no_done"),
     ("timed_done_side", "timed_no_done"),
     ("timed_done_side_high", "timed_no_done"),
+    ("timed_done_every10", "timed_no_done"),
+    ("timed_done_every10", "torch_hook"),
 )
 
 
@@ -108,7 +112,8 @@ def _timed_allreduce_variant(
     callback, on the callback's stream); "none", no done stamp (its collective counts to its launch); "untimed", an
     event without timing recorded there instead and dropped; "last", its done stamp on the step's last bucket only
     (`bucket.is_last()`), the others counting to their launch; "side" and "side_high", its done stamp recorded on a
-    stream of its own (of high priority for "side_high") made to wait for the callback's.
+    stream of its own (of high priority for "side_high") made to wait for the callback's; "every10", every bucket's
+    done stamp on every tenth step only.
     `launch`: "before", the launch stamp taken just before the collective is enqueued, as the hook takes it;
     "after", once it is enqueued (the same place on the training stream, which NCCL's own event record joins);
     "ready", neither a launch nor a done stamp: the bucket's one event is its ready stamp.
@@ -132,7 +137,7 @@ def _timed_allreduce_variant(
     record.collectives.append(collective)
 
     def on_done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-        if done == "timed" or (done == "last" and bucket.is_last()):
+        if done == "timed" or (done == "last" and bucket.is_last()) or (done == "every10" and state.step % 10 == 0):
             collective.done = state.stamps.now()
         elif done == "untimed":
             torch.cuda.Event().record()
@@ -185,6 +190,10 @@ def allreduce_done_side_high(state: TimedHookState, bucket: dist.GradBucket) -> 
     return _timed_allreduce_variant(state, bucket, done="side_high")
 
 
+def allreduce_done_every10(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return _timed_allreduce_variant(state, bucket, done="every10")
+
+
 def allreduce_ready_only(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     return _timed_allreduce_variant(state, bucket, done="none", launch="ready")
 
@@ -199,6 +208,7 @@ BENCH_HOOKS = {
     "allreduce_done_last": allreduce_done_last,
     "allreduce_done_side": allreduce_done_side,
     "allreduce_done_side_high": allreduce_done_side_high,
+    "allreduce_done_every10": allreduce_done_every10,
 }
 for _hook in BENCH_HOOKS.values():
     _hook.__annotations__.update({"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]})
