@@ -25,8 +25,8 @@ The variants are DDP copies of one model with the same weights and batch:
   any event there costs, or only a timing one;
 - timed_launch_after: timed, its launch stamp taken once the collective is enqueued rather than just before it;
 - timed_done_last: timed with a done stamp on the step's last bucket only: whether the done stamps cost per event;
-- timed_done_side, timed_done_side_high: timed, each done stamp recorded on a stream of its own (normal or high
-  priority) made to wait for the callback's, rather than on the callback's pool stream;
+- timed_done_pool: timed with each done stamp recorded on the callback's own pool stream, as the hook did before
+  `StepStamps.callback_now` (which records it on the stamps' own stream);
 - timed_done_every10: timed with every bucket's done stamp on every tenth step only: what sampling them would cost;
 - timed_ready_only: timed with one event a bucket, its ready stamp: no launch or done stamp. Against torch_hook, what
   remains is the hook's Python path with one event;
@@ -79,13 +79,12 @@ TIMED_VARIANTS = {
     "timed_launch_after": "allreduce_launch_after",
     "timed_ready_only": "allreduce_ready_only",
     "timed_done_last": "allreduce_done_last",
-    "timed_done_side": "allreduce_done_side",
-    "timed_done_side_high": "allreduce_done_side_high",
+    "timed_done_pool": "allreduce_done_pool",
     "timed_done_every10": "allreduce_done_every10",
 }
 VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
 # Variants that record CUDA events of their own.
-GPU_ONLY = ("timed_done_untimed", "timed_done_side", "timed_done_side_high")
+GPU_ONLY = ("timed_done_untimed", "timed_done_pool")
 # (variant, baseline) pairs whose per-round differences are reported: the collective's path against the calibration
 # path, against the same stamps without the collective, without its done stamp, with its launch stamp after the
 # launch; an untimed event in the done stamp's place.
@@ -98,8 +97,8 @@ PAIRED = (
     ("timed", "timed_ready_only"),
     ("timed_ready_only", "torch_hook"),
     ("timed_done_last", "timed_no_done"),
-    ("timed_done_side", "timed_no_done"),
-    ("timed_done_side_high", "timed_no_done"),
+    ("timed_done_pool", "timed"),
+    ("timed_done_pool", "timed_no_done"),
     ("timed_done_every10", "timed_no_done"),
     ("timed_done_every10", "torch_hook"),
 )
@@ -109,11 +108,11 @@ def _timed_allreduce_variant(
     state: TimedHookState, bucket: dist.GradBucket, done: str, launch: str = "before", send: bool = True
 ) -> torch.futures.Future[torch.Tensor]:
     """The timed allreduce hook with one thing changed. `done`: "timed", its done stamp as the hook takes it (in the
-    callback, on the callback's stream); "none", no done stamp (its collective counts to its launch); "untimed", an
+    callback, `StepStamps.callback_now`: on the stamps' own stream); "pool", recorded on the callback's own (pool)
+    stream instead, as the hook did before; "none", no done stamp (its collective counts to its launch); "untimed", an
     event without timing recorded there instead and dropped; "last", its done stamp on the step's last bucket only
-    (`bucket.is_last()`), the others counting to their launch; "side" and "side_high", its done stamp recorded on a
-    stream of its own (of high priority for "side_high") made to wait for the callback's; "every10", every bucket's
-    done stamp on every tenth step only.
+    (`bucket.is_last()`), the others counting to their launch; "every10", every bucket's done stamp on every tenth
+    step only.
     `launch`: "before", the launch stamp taken just before the collective is enqueued, as the hook takes it;
     "after", once it is enqueued (the same place on the training stream, which NCCL's own event record joins);
     "ready", neither a launch nor a done stamp: the bucket's one event is its ready stamp.
@@ -138,28 +137,14 @@ def _timed_allreduce_variant(
 
     def on_done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
         if done == "timed" or (done == "last" and bucket.is_last()) or (done == "every10" and state.step % 10 == 0):
+            collective.done = state.stamps.callback_now()
+        elif done == "pool":
             collective.done = state.stamps.now()
         elif done == "untimed":
             torch.cuda.Event().record()
-        elif done in ("side", "side_high"):
-            side = _stamp_stream(high_priority=done == "side_high")
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                collective.done = state.stamps.now()
         return fut.value()[0]
 
     return returned(record, future.then(on_done))
-
-
-_STAMP_STREAMS: dict[bool, torch.cuda.Stream] = {}
-
-
-def _stamp_stream(high_priority: bool) -> torch.cuda.Stream:
-    """One stream for the done stamps alone (timed_done_side): whether a timing event costs the step less there than
-    on the callback's pool stream."""
-    if high_priority not in _STAMP_STREAMS:
-        _STAMP_STREAMS[high_priority] = torch.cuda.Stream(priority=-1 if high_priority else 0)
-    return _STAMP_STREAMS[high_priority]
 
 
 def noop_with_collective_stamps(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -182,12 +167,8 @@ def allreduce_done_last(state: TimedHookState, bucket: dist.GradBucket) -> torch
     return _timed_allreduce_variant(state, bucket, done="last")
 
 
-def allreduce_done_side(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    return _timed_allreduce_variant(state, bucket, done="side")
-
-
-def allreduce_done_side_high(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    return _timed_allreduce_variant(state, bucket, done="side_high")
+def allreduce_done_pool(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    return _timed_allreduce_variant(state, bucket, done="pool")
 
 
 def allreduce_done_every10(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -206,8 +187,7 @@ BENCH_HOOKS = {
     "allreduce_launch_after": allreduce_launch_after,
     "allreduce_ready_only": allreduce_ready_only,
     "allreduce_done_last": allreduce_done_last,
-    "allreduce_done_side": allreduce_done_side,
-    "allreduce_done_side_high": allreduce_done_side_high,
+    "allreduce_done_pool": allreduce_done_pool,
     "allreduce_done_every10": allreduce_done_every10,
 }
 for _hook in BENCH_HOOKS.values():

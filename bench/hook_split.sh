@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where the timed path's cost goes on one GPU (issues 10 and 11), in one device call:
-#   1. the GPU cases of the stamps' tests;
+#   1. the GPU tests of the comm hook (tests/test_comm_hook.py -m gpu);
 #   2. bench.hook_overhead, its variants interleaved (all, or $VARIANTS): the timed path split into the hook's stamps,
 #      the resolve and the statistics, each with the main thread's wall ms in its resolve and statistics; then
 #      $PROFILE_STEPS steps of each under torch.profiler (the GPU's kernel time, each CUDA runtime call's host time);
@@ -18,7 +18,7 @@ SPLIT="--blocks ${BLOCKS:-30} --profile-steps ${PROFILE_STEPS:-5} ${VARIANTS:+--
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
-python -m pytest -q -p no:cacheprovider tests/test_comm_hook.py -k "dropped or stamps" 2>&1 | grep -E "^E |passed|failed" | tail -12
+python -m pytest -q -p no:cacheprovider -m gpu tests/test_comm_hook.py 2>&1 | grep -E "^E |passed|failed" | tail -12
 python -m bench.hook_overhead $BENCH_ARGS $SPLIT --out "$OUT/hook_b$BATCH.jsonl" 2>&1 | tail -1 | cut -c1-300
 for SMALL in ${MORE_BATCHES:-}; do
   python -m bench.hook_overhead ${BENCH_ARGS/--batch-size $BATCH/--batch-size $SMALL} $SPLIT \

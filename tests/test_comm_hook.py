@@ -375,6 +375,30 @@ def test_stamps_are_recorded_on_the_current_stream():
     assert abs(slept_ms - expected_ms) < 0.25 * expected_ms, (slept_ms, expected_ms)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_callback_stamp_comes_after_the_work_of_the_callbacks_stream():
+    """`callback_now` records on the stamps' own stream, made to wait for the current one (a future callback's pool
+    stream, made to wait for the collective): a stamp taken after a GPU sleep on the current stream must come when
+    the sleep is over, as torch's own events on that stream time it, not when the stamps' idle stream is reached."""
+    from harness.train.stamps import StepStamps
+
+    torch.cuda.set_device(0)
+    stamps = StepStamps(use_cuda=True)
+    callback_stream = torch.cuda.Stream()
+    reference_start, reference_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(callback_stream):
+        reference_start.record()
+        before = stamps.now()
+        torch.cuda._sleep(50_000_000)  # tens of ms of GPU time on the callback's stream only
+        done = stamps.callback_now()
+        reference_end.record()
+    torch.cuda.synchronize()
+    expected_ms = reference_start.elapsed_time(reference_end)
+    assert expected_ms > 5
+    assert abs(stamps.elapsed_ms(before, done) - expected_ms) < 0.25 * expected_ms, (before, done, expected_ms)
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_a_dropped_step_gives_back_every_stamp_and_leaves_the_others(device):
     """`StepStamps.drop` frees a step unread (bench.hook_overhead's timed_unresolved): on the GPU every event it took

@@ -105,7 +105,7 @@ class TimedHookState:
         work = all_reduce_sum(tensor, group)
 
         def stamp_done(fut: torch.futures.Future[list[torch.Tensor]]) -> Any:
-            collective.done = self.stamps.now()
+            collective.done = self.stamps.callback_now()
             try:
                 result = fut.value()
             except Exception:
@@ -187,7 +187,7 @@ def _timed_compress_hook(
 
     def decompress(result: list[torch.Tensor]) -> torch.Tensor:
         buffer.copy_(result[0])
-        record.finished = state.stamps.now()
+        record.finished = state.stamps.callback_now()
         return buffer
 
     return returned(record, state.launch(record, compressed, group, then=decompress))
@@ -236,7 +236,7 @@ def timed_powersgd_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch
     record.bytes = (ps_state.total_numel_after_compression - numel_before) * buffer.element_size()
 
     def finished(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
-        record.finished = state.stamps.now()
+        record.finished = state.stamps.callback_now()
         return fut.value()
 
     return returned(record, fut.then(finished))
