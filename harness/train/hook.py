@@ -6,8 +6,9 @@ stamps into milliseconds happens later, in `stamps.StepStamps.resolve`, never in
 
 Per bucket it stamps ready (hook entry), the launch and done of each collective, and finished (after any
 decompression), so communication and the hook's own compute (codec) are timed apart (stamps.py says how).
-- CUDA: events recorded on the current stream; a done event is recorded inside the future's callback, where
-  a stream that waits on the collective is current, so it completes when the collective has.
+- CUDA: events recorded on the current stream; a done event is taken inside the future's callback, where a
+  stream that waits on the collective is current, and recorded on the stamps' own stream made to wait for that
+  one (`StepStamps.callback_now`), so it completes when the collective has.
 - gloo (CPU): gloo completes the future on its worker thread when the collective is done, so a monotonic
   clock read in the callback is a valid done stamp.
 Nothing keeps a collective's Work or output tensor: a bucket's compressed copy is freed as soon as DDP has
