@@ -24,10 +24,8 @@ The variants are DDP copies of one model with the same weights and batch:
 - timed_done_untimed: timed_no_done, recording in that callback an event without timing instead (never read): whether
   any event there costs, or only a timing one;
 - timed_launch_after: timed, its launch stamp taken once the collective is enqueued rather than just before it;
-- timed_done_last: timed with a done stamp on the step's last bucket only: whether the done stamps cost per event;
 - timed_done_pool: timed with each done stamp recorded on the callback's own pool stream, as the hook did before
   `StepStamps.callback_now` (which records it on the stamps' own stream);
-- timed_done_every10: timed with every bucket's done stamp on every tenth step only: what sampling them would cost;
 - timed_ready_only: timed with one event a bucket, its ready stamp: no launch or done stamp. Against torch_hook, what
   remains is the hook's Python path with one event;
 
@@ -78,9 +76,7 @@ TIMED_VARIANTS = {
     "timed_done_untimed": "allreduce_done_untimed",
     "timed_launch_after": "allreduce_launch_after",
     "timed_ready_only": "allreduce_ready_only",
-    "timed_done_last": "allreduce_done_last",
     "timed_done_pool": "allreduce_done_pool",
-    "timed_done_every10": "allreduce_done_every10",
 }
 VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
 # Variants that record CUDA events of their own.
@@ -96,11 +92,8 @@ PAIRED = (
     ("timed", "timed_launch_after"),
     ("timed", "timed_ready_only"),
     ("timed_ready_only", "torch_hook"),
-    ("timed_done_last", "timed_no_done"),
     ("timed_done_pool", "timed"),
     ("timed_done_pool", "timed_no_done"),
-    ("timed_done_every10", "timed_no_done"),
-    ("timed_done_every10", "torch_hook"),
 )
 
 
@@ -110,9 +103,7 @@ def _timed_allreduce_variant(
     """The timed allreduce hook with one thing changed. `done`: "timed", its done stamp as the hook takes it (in the
     callback, `StepStamps.callback_now`: on the stamps' own stream); "pool", recorded on the callback's own (pool)
     stream instead, as the hook did before; "none", no done stamp (its collective counts to its launch); "untimed", an
-    event without timing recorded there instead and dropped; "last", its done stamp on the step's last bucket only
-    (`bucket.is_last()`), the others counting to their launch; "every10", every bucket's done stamp on every tenth
-    step only.
+    event without timing recorded there instead and dropped.
     `launch`: "before", the launch stamp taken just before the collective is enqueued, as the hook takes it;
     "after", once it is enqueued (the same place on the training stream, which NCCL's own event record joins);
     "ready", neither a launch nor a done stamp: the bucket's one event is its ready stamp.
@@ -136,7 +127,7 @@ def _timed_allreduce_variant(
     record.collectives.append(collective)
 
     def on_done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-        if done == "timed" or (done == "last" and bucket.is_last()) or (done == "every10" and state.step % 10 == 0):
+        if done == "timed":
             collective.done = state.stamps.callback_now()
         elif done == "pool":
             collective.done = state.stamps.now()
@@ -154,9 +145,7 @@ BENCH_HOOK_CHANGES: dict[str, dict[str, object]] = {
     "allreduce_done_untimed": {"done": "untimed"},
     "allreduce_launch_after": {"done": "timed", "launch": "after"},
     "allreduce_ready_only": {"done": "none", "launch": "ready"},
-    "allreduce_done_last": {"done": "last"},
     "allreduce_done_pool": {"done": "pool"},
-    "allreduce_done_every10": {"done": "every10"},
 }
 
 
