@@ -377,7 +377,8 @@ def test_stamps_are_recorded_on_the_current_stream():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_a_callback_stamp_comes_after_the_work_of_the_callbacks_stream():
+@pytest.mark.parametrize("after", ["collective", "codec"])
+def test_a_callback_stamp_comes_after_the_work_of_the_callbacks_stream(after):
     """`callback_now` records on the stamps' own stream, made to wait for the current one (a future callback's pool
     stream, made to wait for the collective): a stamp taken after a GPU sleep on the current stream must come when
     the sleep is over, as torch's own events on that stream time it, not when the stamps' idle stream is reached."""
@@ -391,12 +392,35 @@ def test_a_callback_stamp_comes_after_the_work_of_the_callbacks_stream():
         reference_start.record()
         before = stamps.now()
         torch.cuda._sleep(50_000_000)  # tens of ms of GPU time on the callback's stream only
-        done = stamps.callback_now()
+        done = stamps.callback_now(after)
         reference_end.record()
     torch.cuda.synchronize()
     expected_ms = reference_start.elapsed_time(reference_end)
     assert expected_ms > 5
-    assert abs(stamps.elapsed_ms(before, done) - expected_ms) < 0.25 * expected_ms, (before, done, expected_ms)
+    stamped_ms = stamps.elapsed_ms(before, done)
+    assert abs(stamped_ms - expected_ms) < 0.25 * expected_ms, (stamped_ms, expected_ms)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_slow_decompression_does_not_hold_back_the_next_collectives_done_stamp():
+    """The end of a decompression and a collective's done are stamped on two streams of their own: a done stamp taken
+    after a long GPU sleep's codec stamp, its own callback stream idle, comes at once, not after the sleep."""
+    from harness.train.stamps import StepStamps
+
+    torch.cuda.set_device(0)
+    stamps = StepStamps(use_cuda=True)
+    slow_callback, quick_callback = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(slow_callback):
+        start = stamps.now()
+        torch.cuda._sleep(50_000_000)
+        codec_end = stamps.callback_now("codec")
+    with torch.cuda.stream(quick_callback):
+        done = stamps.callback_now("collective")
+    torch.cuda.synchronize()
+    slow_ms, done_ms = stamps.elapsed_ms(start, codec_end), stamps.elapsed_ms(start, done)
+    assert slow_ms > 5
+    assert done_ms < 0.25 * slow_ms, (done_ms, slow_ms)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])

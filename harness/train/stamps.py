@@ -176,7 +176,7 @@ class StepStamps:
         self._ends: dict[int, Stamp] = {}
         self._backward_ends: dict[int, Stamp] = {}
         self._marks: dict[int, dict[str, Stamp]] = {}
-        self._stamp_streams: dict[int, torch.cuda.Stream] = {}  # callback_now's, per device index
+        self._stamp_streams: dict[tuple[int, str], torch.cuda.Stream] = {}  # callback_now's, per device and kind
 
     def now(self) -> Stamp:
         """A time stamp on the timeline of the step starts: a CUDA event recorded on the current stream, or a monotonic
@@ -187,22 +187,27 @@ class StepStamps:
             return event
         return time.perf_counter_ns()
 
-    def callback_now(self) -> Stamp:
-        """`now()` for a future's callback (a collective's done, a decompression's end).
+    def callback_now(self, after: str = "collective") -> Stamp:
+        """`now()` for a future's callback: `after` "collective" for a collective's done, "codec" for the end of a
+        hook's decompression.
 
         On the GPU torch runs such a callback on one of its pool streams, made to wait for the collective. The
         stamp is recorded instead on a stream of the stamps' own, made to wait for that one: the same point in time.
         Why: a timing event recorded on the callback's pool stream cost a GPU-bound resnet50 step 1.1 ms at world
         size 1 (five a step), where an event without timing there cost nothing (docs/BENCHMARKS.md, "the timed
         path's 1.1 ms is its done stamp").
+
+        A stream runs its stamps in order, so each kind has its own: the collectives' done stamps come in the order
+        NCCL runs the collectives (one stream per process group), and a slow decompression (PowerSGD's) cannot hold
+        back the done stamp of the next bucket's collective.
         """
         if not self.use_cuda:
             return time.perf_counter_ns()
         callback_stream = current_stream()
-        stamp_stream = self._stamp_streams.get(callback_stream.device_index)
+        key = (callback_stream.device_index, after)
+        stamp_stream = self._stamp_streams.get(key)
         if stamp_stream is None:
-            stamp_stream = torch.cuda.Stream(callback_stream.device, priority=-1)
-            self._stamp_streams[callback_stream.device_index] = stamp_stream
+            stamp_stream = self._stamp_streams[key] = torch.cuda.Stream(callback_stream.device, priority=-1)
         stamp_stream.wait_stream(callback_stream)
         event = self.events.acquire()
         _CudaEventBase.record(event, stamp_stream)
