@@ -16,7 +16,7 @@ The variants are DDP copies of one model with the same weights and batch:
 - timed_unresolved: timed, each step's stamps freed unread: the hook and its stamps alone.
   timed − timed_no_stats is what the statistics cost a step, timed_no_stats − timed_unresolved the resolve's;
 - timed_noop_stamped: timed_noop with the stamps of the allreduce path, a launch stamp and a done stamp taken in a
-  callback of the future the hook returns: everything of timed but the collective (`noop_with_collective_stamps`).
+  callback of the future the hook returns: everything of timed but the collective (BENCH_HOOK_CHANGES' noop_stamped).
   timed − timed_noop_stamped is what issuing the collective costs a step among those stamps, timed_noop_stamped −
   timed_noop what the stamps and their resolve cost without it;
 - timed_no_done: timed without the done stamp (its collectives count to their launch): the timed hook's collective
@@ -83,7 +83,8 @@ VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
 GPU_ONLY = ("timed_done_untimed", "timed_done_pool")
 # (variant, baseline) pairs whose per-round differences are reported: the collective's path against the calibration
 # path, against the same stamps without the collective, without its done stamp, with its launch stamp after the
-# launch; an untimed event in the done stamp's place.
+# launch, with its ready stamp alone; an untimed event in the done stamp's place; the ready stamp alone against
+# torch's hook; the done stamp on the callback's pool stream (as before callback_now) against the hook's own.
 PAIRED = (
     ("timed", "timed_noop"),
     ("timed", "timed_noop_stamped"),
@@ -109,6 +110,8 @@ def _timed_allreduce_variant(
     "ready", neither a launch nor a done stamp: the bucket's one event is its ready stamp.
     Without `send`, every stamp is taken but nothing is divided or sent: the future completes at once with the
     bucket as it is, and its callback runs then."""
+    if done not in ("timed", "pool", "none", "untimed") or launch not in ("before", "after", "ready"):
+        raise ValueError(f"no such bench hook change: done={done!r}, launch={launch!r}")
     group = dist.group.WORLD
     tensor = bucket.buffer()
     sent = tensor.numel() * tensor.element_size() if send else 0

@@ -188,7 +188,7 @@ def _timed_compress_hook(
 
     def decompress(result: list[torch.Tensor]) -> torch.Tensor:
         buffer.copy_(result[0])
-        record.finished = state.stamps.callback_now(after="codec")
+        record.finished = state.stamps.callback_now(codec_of_bucket=record.index)
         return buffer
 
     return returned(record, state.launch(record, compressed, group, then=decompress))
@@ -237,7 +237,7 @@ def timed_powersgd_hook(state: TimedHookState, bucket: dist.GradBucket) -> torch
     record.bytes = (ps_state.total_numel_after_compression - numel_before) * buffer.element_size()
 
     def finished(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
-        record.finished = state.stamps.callback_now(after="codec")
+        record.finished = state.stamps.callback_now(codec_of_bucket=record.index)
         return fut.value()
 
     return returned(record, fut.then(finished))

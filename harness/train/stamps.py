@@ -176,7 +176,8 @@ class StepStamps:
         self._ends: dict[int, Stamp] = {}
         self._backward_ends: dict[int, Stamp] = {}
         self._marks: dict[int, dict[str, Stamp]] = {}
-        self._stamp_streams: dict[tuple[int, str], torch.cuda.Stream] = {}  # callback_now's, per device and kind
+        # callback_now's lanes by (device index, bucket for a codec stamp or None): a stream and its hand-off event.
+        self._stamp_lanes: dict[tuple[int, int | None], tuple[torch.cuda.Stream, torch.cuda.Event]] = {}
 
     def now(self) -> Stamp:
         """A time stamp on the timeline of the step starts: a CUDA event recorded on the current stream, or a monotonic
@@ -187,28 +188,33 @@ class StepStamps:
             return event
         return time.perf_counter_ns()
 
-    def callback_now(self, after: str = "collective") -> Stamp:
-        """`now()` for a future's callback: `after` "collective" for a collective's done, "codec" for the end of a
-        hook's decompression.
+    def callback_now(self, codec_of_bucket: int | None = None) -> Stamp:
+        """`now()` for a future's callback: a collective's done, or with `codec_of_bucket` the end of that bucket's
+        decompression.
 
         On the GPU torch runs such a callback on one of its pool streams, made to wait for the collective. The
-        stamp is recorded instead on a stream of the stamps' own, made to wait for that one: the same point in time.
+        stamp is recorded instead on a stream kept for stamps, made to wait for that one: the same point in time.
         Why: a timing event recorded on the callback's pool stream cost a GPU-bound resnet50 step 1.1 ms at world
         size 1 (five a step), where an event without timing there cost nothing (docs/BENCHMARKS.md, "the timed
         path's 1.1 ms is its done stamp").
 
-        A stream runs its stamps in order, so each kind has its own: the collectives' done stamps come in the order
-        NCCL runs the collectives (one stream per process group), and a slow decompression (PowerSGD's) cannot hold
-        back the done stamp of the next bucket's collective.
+        A stream runs its stamps in order, so they are kept in lanes that cannot hold one another back: every
+        collective's done on one stream (they come in the order one process group's NCCL stream runs them), and each
+        bucket's end of decompression on a stream of its own (one bucket's slow decompression, PowerSGD's, finishes
+        after a later bucket's). The streams come from torch's high-priority pool, which NCCL does not use unless
+        its process group asks for high-priority streams; if it does, a collective could wait for a decompression.
+        The hand-off to the stamps' stream reuses one event without timing a lane: a stream's wait takes the event as
+        it was recorded at the time of the wait, so recording it again after cannot change a wait already queued.
         """
         if not self.use_cuda:
             return time.perf_counter_ns()
         callback_stream = current_stream()
-        key = (callback_stream.device_index, after)
-        stamp_stream = self._stamp_streams.get(key)
-        if stamp_stream is None:
-            stamp_stream = self._stamp_streams[key] = torch.cuda.Stream(callback_stream.device, priority=-1)
-        stamp_stream.wait_stream(callback_stream)
+        lane = self._stamp_lanes.get((callback_stream.device_index, codec_of_bucket))
+        if lane is None:
+            lane = (torch.cuda.Stream(callback_stream.device, priority=-1), torch.cuda.Event())
+            self._stamp_lanes[(callback_stream.device_index, codec_of_bucket)] = lane
+        stamp_stream, hand_off = lane
+        stamp_stream.wait_event(callback_stream.record_event(hand_off))
         event = self.events.acquire()
         _CudaEventBase.record(event, stamp_stream)
         return event
