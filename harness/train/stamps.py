@@ -205,6 +205,8 @@ class StepStamps:
         its process group asks for high-priority streams; if it does, a collective could wait for a decompression.
         The hand-off to the stamps' stream reuses one event without timing a lane: a stream's wait takes the event as
         it was recorded at the time of the wait, so recording it again after cannot change a wait already queued.
+        That needs one caller at a time, which holds: NCCL completes a collective's future when it launches it, so
+        every callback runs at once on the thread that adds it, autograd's.
         """
         if not self.use_cuda:
             return time.perf_counter_ns()
