@@ -79,7 +79,7 @@ TIMED_VARIANTS = {
     "timed_done_pool": "allreduce_done_pool",
 }
 VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
-# Variants that record CUDA events of their own.
+# Variants whose change exists only on the GPU: an untimed CUDA event, or the stream a done stamp is recorded on.
 GPU_ONLY = ("timed_done_untimed", "timed_done_pool")
 # (variant, baseline) pairs whose per-round differences are reported: the collective's path against the calibration
 # path, against the same stamps without the collective, without its done stamp, with its launch stamp after the

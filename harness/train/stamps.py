@@ -203,6 +203,7 @@ class StepStamps:
         bucket's end of decompression on a stream of its own (one bucket's slow decompression, PowerSGD's, finishes
         after a later bucket's). The streams come from torch's high-priority pool, which NCCL does not use unless
         its process group asks for high-priority streams; if it does, a collective could wait for a decompression.
+        The pool hands out its 32 streams in turn, so past 31 buckets some buckets' codec lanes share a stream.
         The hand-off to the stamps' stream reuses one event without timing a lane: a stream's wait takes the event as
         it was recorded at the time of the wait, so recording it again after cannot change a wait already queued.
         That needs one caller at a time, which holds: NCCL completes a collective's future when it launches it, so
@@ -211,10 +212,10 @@ class StepStamps:
         if not self.use_cuda:
             return time.perf_counter_ns()
         callback_stream = current_stream()
-        lane = self._stamp_lanes.get((callback_stream.device_index, codec_of_bucket))
+        key = (callback_stream.device_index, codec_of_bucket)
+        lane = self._stamp_lanes.get(key)
         if lane is None:
-            lane = (torch.cuda.Stream(callback_stream.device, priority=-1), torch.cuda.Event())
-            self._stamp_lanes[(callback_stream.device_index, codec_of_bucket)] = lane
+            lane = self._stamp_lanes[key] = (torch.cuda.Stream(callback_stream.device, priority=-1), torch.cuda.Event())
         stamp_stream, hand_off = lane
         stamp_stream.wait_event(callback_stream.record_event(hand_off))
         event = self.events.acquire()
