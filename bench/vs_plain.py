@@ -107,17 +107,27 @@ def host_before_run() -> dict[str, float | str | int]:
 
 
 def leftover_runs() -> list[int]:
-    """The pids of processes still running train.py or the plain loop (none should be, between runs)."""
+    """The pids of Python processes still running train.py or the plain loop (none should be, between runs).
+
+    Only a Python interpreter with one of them as an argument counts: a shell whose command text merely names
+    train.py (a wrapper script's loop) counted 3 in every run of one GPU call."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
-                cmdline = (entry / "cmdline").read_bytes()
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:  # it ended meanwhile, or is not ours to read
                 continue
-            if b"train.py" in cmdline or b"bench.plain_ddp" in cmdline:
+            if is_measured_run(argv):
                 pids.append(int(entry.name))
     return pids
+
+
+def is_measured_run(argv: list[bytes]) -> bool:
+    """Whether a process's argv (from /proc/PID/cmdline) is a Python interpreter running train.py or the plain loop."""
+    if not argv or not os.path.basename(argv[0]).startswith(b"python"):
+        return False
+    return any(arg == b"train.py" or arg.endswith(b"/train.py") or arg == b"bench.plain_ddp" for arg in argv[1:])
 
 
 def torchrun(nproc: int) -> list[str]:

@@ -52,3 +52,20 @@ def test_report_refuses_a_file_it_did_not_write_in_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
     missing = report(tmp_path / "absent.jsonl")
     assert missing.returncode == 2 and "cannot read" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_leftover_runs_counts_python_running_train_py_and_not_a_shell_that_names_it():
+    """Real processes: a Python interpreter with train.py as an argument is a leftover run; a shell whose command
+    text names train.py (as a device call's wrapper loop did, 3 in every run) is not."""
+    from bench.vs_plain import leftover_runs
+
+    shell = subprocess.Popen(["bash", "-c", "sleep 30; echo train.py"])
+    python = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "train.py"])
+    try:
+        found = leftover_runs()
+        assert python.pid in found
+        assert shell.pid not in found
+    finally:
+        for proc in (shell, python):
+            proc.kill()
+            proc.wait()
