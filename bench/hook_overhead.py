@@ -28,6 +28,11 @@ The variants are DDP copies of one model with the same weights and batch:
   `StepStamps.callback_now` (which records it on the stamps' own stream);
 - timed_ready_only: timed with one event a bucket, its ready stamp: no launch or done stamp. Against torch_hook, what
   remains is the hook's Python path with one event;
+- with --variants only (not in the default set), the fp16 hook's split: torch_fp16, torch's own `fp16_compress_hook`;
+  timed_fp16, the harness's fp16 hook as train.py runs it (each bucket's end-of-decompression stamp on a lane of its
+  own); timed_fp16_done_lane, those stamps on the collectives' done lane instead; timed_fp16_no_codec, no such stamp
+  (the bucket's codec time is then unread). Why: at world size 1 on an H100, train.py's fp16 hook reported 1.9 ms of
+  exposed time a step, with 1.5 ms of hook host time (docs/BENCHMARKS.md, 2026-12-06 06:22 UTC);
 
 --profile-steps N then runs N more steps of each variant under torch.profiler and reports, per step, the GPU's kernel
 time and every CUDA runtime call's host time by name, with its longest single call: a call that waits for the GPU (a
@@ -50,6 +55,7 @@ import functools
 import json
 import os
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -60,7 +66,15 @@ from bench.ab import interleave, paired_difference, summarize, time_block, time_
 from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
-from harness.train.hook import TIMED_HOOKS, TimedHookState, all_reduce_sum, make_hook_state, pre_divide, returned
+from harness.train.hook import (
+    TIMED_HOOKS,
+    TimedHookState,
+    all_reduce_sum,
+    compress,
+    make_hook_state,
+    pre_divide,
+    returned,
+)
 from harness.train.stamps import CollectiveStamps
 from harness.train.step_stats import step_stats
 from models import get_model_spec
@@ -77,10 +91,15 @@ TIMED_VARIANTS = {
     "timed_launch_after": "allreduce_launch_after",
     "timed_ready_only": "allreduce_ready_only",
     "timed_done_pool": "allreduce_done_pool",
+    "timed_fp16": "fp16",
+    "timed_fp16_done_lane": "fp16_done_lane",
+    "timed_fp16_no_codec": "fp16_no_codec",
 }
-VARIANTS = ("plain", "torch_hook", *TIMED_VARIANTS)
-# Variants whose change exists only on the GPU: an untimed CUDA event, or the stream a done stamp is recorded on.
-GPU_ONLY = ("timed_done_untimed", "timed_done_pool")
+VARIANTS = ("plain", "torch_hook", "torch_fp16", *TIMED_VARIANTS)
+# The fp16 split runs only when named: the default set stays the allreduce path's, as earlier calls ran it.
+FP16_VARIANTS = ("torch_fp16", "timed_fp16", "timed_fp16_done_lane", "timed_fp16_no_codec")
+# Variants whose change exists only on the GPU: an untimed CUDA event, or the stream a stamp is recorded on.
+GPU_ONLY = ("timed_done_untimed", "timed_done_pool", "timed_fp16_done_lane")
 # (variant, baseline) pairs whose per-round differences are reported: the collective's path against the calibration
 # path, against the same stamps without the collective, without its done stamp, with its launch stamp after the
 # launch, with its ready stamp alone; an untimed event in the done stamp's place; the ready stamp alone against
@@ -95,6 +114,10 @@ PAIRED = (
     ("timed_ready_only", "torch_hook"),
     ("timed_done_pool", "timed"),
     ("timed_done_pool", "timed_no_done"),
+    ("torch_fp16", "torch_hook"),
+    ("timed_fp16", "torch_fp16"),
+    ("timed_fp16", "timed_fp16_no_codec"),
+    ("timed_fp16_done_lane", "timed_fp16_no_codec"),
 )
 
 
@@ -141,6 +164,28 @@ def _timed_allreduce_variant(
     return returned(record, future.then(on_done))
 
 
+def _timed_fp16_variant(
+    state: TimedHookState, bucket: dist.GradBucket, codec_stamp: str
+) -> torch.futures.Future[torch.Tensor]:
+    """The timed fp16 hook (hook.py's `_timed_compress_hook`) with its end-of-decompression stamp changed.
+    `codec_stamp`: "done_lane", taken by `callback_now()` on the collectives' done lane rather than on a lane of the
+    bucket's own; "none", not taken. The cast, the collective with its stamps, and the copy back are the hook's."""
+    if codec_stamp not in ("done_lane", "none"):
+        raise ValueError(f"no such bench hook change: codec_stamp={codec_stamp!r}")
+    group = dist.group.WORLD
+    buffer = bucket.buffer()
+    record = state._new_record(bucket, buffer, buffer.numel() * torch.float16.itemsize, torch.float16)
+    compressed = compress(buffer, torch.float16, group.size())
+
+    def decompress(result: list[torch.Tensor]) -> torch.Tensor:
+        buffer.copy_(result[0])
+        if codec_stamp == "done_lane":
+            record.finished = state.stamps.callback_now()
+        return buffer
+
+    return returned(record, state.launch(record, compressed, group, then=decompress))
+
+
 # The bench's own hooks: each the timed allreduce hook with the changes given (`_timed_allreduce_variant`'s arguments).
 BENCH_HOOK_CHANGES: dict[str, dict[str, object]] = {
     "noop_stamped": {"done": "timed", "send": False},  # every stamp of the allreduce path, and no collective
@@ -152,9 +197,20 @@ BENCH_HOOK_CHANGES: dict[str, dict[str, object]] = {
 }
 
 
-def _bench_hook(name: str, changes: dict[str, object]):
+# The fp16 split's own hooks: the timed fp16 hook with the change given (`_timed_fp16_variant`'s argument).
+BENCH_FP16_HOOK_CHANGES: dict[str, dict[str, object]] = {
+    "fp16_done_lane": {"codec_stamp": "done_lane"},
+    "fp16_no_codec": {"codec_stamp": "none"},
+}
+
+
+def _bench_hook(
+    name: str,
+    changes: dict[str, object],
+    variant: Callable[..., torch.futures.Future[torch.Tensor]] = _timed_allreduce_variant,
+):
     def hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        return _timed_allreduce_variant(state, bucket, **changes)
+        return variant(state, bucket, **changes)
 
     hook.__name__ = hook.__qualname__ = name
     # DDP checks a hook's annotations against the types themselves; this module's annotations are strings.
@@ -166,7 +222,10 @@ def _bench_hook(name: str, changes: dict[str, object]):
     return hook
 
 
-BENCH_HOOKS = {name: _bench_hook(name, changes) for name, changes in BENCH_HOOK_CHANGES.items()}
+BENCH_HOOKS = {
+    **{name: _bench_hook(name, changes) for name, changes in BENCH_HOOK_CHANGES.items()},
+    **{name: _bench_hook(name, changes, _timed_fp16_variant) for name, changes in BENCH_FP16_HOOK_CHANGES.items()},
+}
 
 
 class Variant:
@@ -190,6 +249,8 @@ class Variant:
             self.ddp.register_comm_hook(self.state, self._host_timed(hook_fn))
         elif hook == "torch_hook":
             self.ddp.register_comm_hook(None, self._host_timed(default_hooks.allreduce_hook))
+        elif hook == "torch_fp16":
+            self.ddp.register_comm_hook(None, self._host_timed(default_hooks.fp16_compress_hook))
         self.step_index = 0
         self.world_size = dist.get_world_size()
         self.hook = hook
@@ -359,13 +420,15 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=30)
     parser.add_argument(
         "--variants",
-        help=f"comma-separated, the first the ratios' baseline (default: all the device can run, {VARIANTS[0]} first)",
+        help=f"comma-separated, the first the ratios' baseline (default: all the device can run but the fp16 split "
+        f"({', '.join(FP16_VARIANTS)}), {VARIANTS[0]} first)",
     )
     parser.add_argument("--profile-steps", type=int, default=0, help="then profile this many steps of each variant")
     parser.add_argument("--out", help="append the result as a JSON line to this file")
     args = parser.parse_args()
     available = [name for name in VARIANTS if args.device == "cuda" or name not in GPU_ONLY]
-    args.variants = [name for name in (args.variants or ",".join(available)).split(",") if name]
+    default = [name for name in available if name not in FP16_VARIANTS]
+    args.variants = [name for name in (args.variants or ",".join(default)).split(",") if name]
     unknown = sorted(set(args.variants) - set(available))
     if unknown or not args.variants:
         parser.error(
