@@ -1,0 +1,88 @@
+"""Python's garbage collections in a training process: how many, and how long, by generation.
+
+    python -m bench.gc_pauses --after-s 5 -- train.py --model resnet_tiny --batch-size 2 --image-size 32
+    python -m bench.gc_pauses --after-s 5 -- -m bench.plain_ddp --model resnet_tiny --batch-size 2 --image-size 32
+
+Runs the program in this process (a script path, or -m and a module) with a `gc.callbacks` hook on, and at exit
+prints one JSON line: per generation, the collections and their total and longest ms, over the whole run and over
+the part after --after-s seconds (the steps, past the imports). Why: a gen-2 collection stops every thread for tens
+of ms, and train.py makes more Python objects a step than the hand-written loop, so its pauses could be what makes
+some of its runs slower than the loop's (docs/BENCHMARKS.md, 2026-12-06). For one process (world size 1); torchrun's
+variables are set for one rank where absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import gc
+import json
+import os
+import runpy
+import sys
+import time
+
+
+class GcLog:
+    """Each collection's generation, start (seconds since this log began) and duration, from `gc.callbacks`."""
+
+    def __init__(self) -> None:
+        self.origin = time.perf_counter()
+        self.collections: list[tuple[int, float, float]] = []
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._started = now
+        else:
+            self.collections.append((info["generation"], self._started - self.origin, now - self._started))
+
+    def summary(self, after_s: float) -> dict[str, dict[str, dict[str, float]]]:
+        """Per generation: count, total ms and longest ms, over all collections and over those after `after_s`."""
+
+        def table(rows: list[tuple[int, float, float]]) -> dict[str, dict[str, float]]:
+            return {
+                str(generation): {
+                    "collections": len(durations),
+                    "total_ms": round(sum(durations) * 1e3, 2),
+                    "max_ms": round(max(durations) * 1e3, 2),
+                }
+                for generation in (0, 1, 2)
+                if (durations := [d for g, _, d in rows if g == generation])
+            }
+
+        return {
+            "whole_run": table(self.collections),
+            f"after_{after_s:g}_s": table([row for row in self.collections if row[1] >= after_s]),
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--after-s", type=float, default=5.0, help="also count only the collections after this")
+    parser.add_argument("program", nargs=argparse.REMAINDER, help="-- then a script and its arguments, or -m MODULE …")
+    args = parser.parse_args()
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if not program or program == ["-m"]:
+        parser.exit(2, "gc_pauses: name a program after --: a script, or -m and a module\n")
+    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29611")
+    log = GcLog()
+    gc.callbacks.append(log)
+    atexit.register(lambda: print(json.dumps({"gc_pauses": log.summary(args.after_s)}), flush=True))
+    if program[0] == "-m":
+        sys.argv = program[1:]
+        runpy.run_module(program[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = program
+        if not os.path.isfile(program[0]):
+            parser.exit(2, f"gc_pauses: no such script: {program[0]}\n")
+        sys.path.insert(0, os.path.dirname(os.path.abspath(program[0])))
+        runpy.run_path(program[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
