@@ -7,8 +7,8 @@ Runs the program in this process (a script path, or -m and a module) with a `gc.
 prints one JSON line: per generation, the collections and their total and longest ms, over the whole run and over
 the part after --after-s seconds (the steps, past the imports). Why: a gen-2 collection stops every thread for tens
 of ms, and train.py makes more Python objects a step than the hand-written loop, so its pauses could be what makes
-some of its runs slower than the loop's (docs/BENCHMARKS.md, 2026-12-06). For one process (world size 1); torchrun's
-variables are set for one rank where absent.
+some of its runs slower than the loop's (docs/BENCHMARKS.md, 2026-12-06). For one process (world size 1): torchrun's
+variables for a lone rank are set where absent, so train.py takes its torchrun path.
 """
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ from __future__ import annotations
 import argparse
 import atexit
 import gc
+import importlib.util
 import json
 import os
 import runpy
 import sys
 import time
+
+from harness.common.dist_env import free_port, lone_rank_env
 
 
 class GcLog:
@@ -38,8 +41,9 @@ class GcLog:
         else:
             self.collections.append((info["generation"], self._started - self.origin, now - self._started))
 
-    def summary(self, after_s: float) -> dict[str, dict[str, dict[str, float]]]:
-        """Per generation: count, total ms and longest ms, over all collections and over those after `after_s`."""
+    def summary(self, after_s: float) -> dict[str, object]:
+        """Per generation: count, total ms and longest ms, over all collections ("whole_run") and over those that
+        started `after_s` or later ("after")."""
 
         def table(rows: list[tuple[int, float, float]]) -> dict[str, dict[str, float]]:
             return {
@@ -54,7 +58,8 @@ class GcLog:
 
         return {
             "whole_run": table(self.collections),
-            f"after_{after_s:g}_s": table([row for row in self.collections if row[1] >= after_s]),
+            "after_s": after_s,
+            "after": table([row for row in self.collections if row[1] >= after_s]),
         }
 
 
@@ -66,10 +71,13 @@ def main() -> None:
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program or program == ["-m"]:
         parser.exit(2, "gc_pauses: name a program after --: a script, or -m and a module\n")
-    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}.items():
+    if program[0] == "-m":
+        if importlib.util.find_spec(program[1].split(".")[0]) is None or importlib.util.find_spec(program[1]) is None:
+            parser.exit(2, f"gc_pauses: no such module: {program[1]}\n")
+    elif not os.path.isfile(program[0]):
+        parser.exit(2, f"gc_pauses: no such script: {program[0]}\n")
+    for key, value in lone_rank_env(free_port()).items():
         os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29611")
     log = GcLog()
     gc.callbacks.append(log)
     atexit.register(lambda: print(json.dumps({"gc_pauses": log.summary(args.after_s)}), flush=True))
@@ -78,8 +86,6 @@ def main() -> None:
         runpy.run_module(program[1], run_name="__main__", alter_sys=True)
     else:
         sys.argv = program
-        if not os.path.isfile(program[0]):
-            parser.exit(2, f"gc_pauses: no such script: {program[0]}\n")
         sys.path.insert(0, os.path.dirname(os.path.abspath(program[0])))
         runpy.run_path(program[0], run_name="__main__")
 

@@ -30,9 +30,10 @@ The variants are DDP copies of one model with the same weights and batch:
   remains is the hook's Python path with one event;
 - with --variants only (not in the default set), the fp16 hook's split: torch_fp16, torch's own `fp16_compress_hook`;
   timed_fp16, the harness's fp16 hook as train.py runs it (each bucket's end-of-decompression stamp on a lane of its
-  own); timed_fp16_done_lane, those stamps on the collectives' done lane instead; timed_fp16_no_codec, no such stamp
-  (the bucket's codec time is then unread). Why: at world size 1 on an H100, train.py's fp16 hook reported 1.9 ms of
-  exposed time a step, with 1.5 ms of hook host time (docs/BENCHMARKS.md, 2026-12-06 06:22 UTC);
+  own); timed_fp16_done_lane, those stamps on the collectives' done lane instead; timed_fp16_no_codec_stamp, no such
+  stamp (the casts and the copy back still run; the copy back then goes uncounted). Why: at world size 1 on an
+  H100, train.py's fp16 hook reported 1.9 ms of exposed time a step, with 1.5 ms of hook host time
+  (docs/BENCHMARKS.md, 2026-12-06 06:22 UTC);
 
 --profile-steps N then runs N more steps of each variant under torch.profiler and reports, per step, the GPU's kernel
 time and every CUDA runtime call's host time by name, with its longest single call: a call that waits for the GPU (a
@@ -70,12 +71,11 @@ from harness.train.hook import (
     TIMED_HOOKS,
     TimedHookState,
     all_reduce_sum,
-    compress,
     make_hook_state,
     pre_divide,
     returned,
 )
-from harness.train.stamps import CollectiveStamps
+from harness.train.stamps import CollectiveStamps, Stamp, StepStamps
 from harness.train.step_stats import step_stats
 from models import get_model_spec
 
@@ -92,18 +92,23 @@ TIMED_VARIANTS = {
     "timed_ready_only": "allreduce_ready_only",
     "timed_done_pool": "allreduce_done_pool",
     "timed_fp16": "fp16",
-    "timed_fp16_done_lane": "fp16_done_lane",
-    "timed_fp16_no_codec": "fp16_no_codec",
+    "timed_fp16_done_lane": "fp16",
+    "timed_fp16_no_codec_stamp": "fp16",
 }
+# The fp16 variants that run train.py's fp16 hook with its codec stamps changed (`change_codec_stamps`).
+CODEC_STAMP_CHANGES = {"timed_fp16_done_lane": "done_lane", "timed_fp16_no_codec_stamp": "none"}
 VARIANTS = ("plain", "torch_hook", "torch_fp16", *TIMED_VARIANTS)
 # The fp16 split runs only when named: the default set stays the allreduce path's, as earlier calls ran it.
-FP16_VARIANTS = ("torch_fp16", "timed_fp16", "timed_fp16_done_lane", "timed_fp16_no_codec")
+FP16_VARIANTS = ("torch_fp16", "timed_fp16", "timed_fp16_done_lane", "timed_fp16_no_codec_stamp")
 # Variants whose change exists only on the GPU: an untimed CUDA event, or the stream a stamp is recorded on.
 GPU_ONLY = ("timed_done_untimed", "timed_done_pool", "timed_fp16_done_lane")
 # (variant, baseline) pairs whose per-round differences are reported: the collective's path against the calibration
 # path, against the same stamps without the collective, without its done stamp, with its launch stamp after the
 # launch, with its ready stamp alone; an untimed event in the done stamp's place; the ready stamp alone against
-# torch's hook; the done stamp on the callback's pool stream (as before callback_now) against the hook's own.
+# torch's hook; the done stamp on the callback's pool stream (as before callback_now) against the hook's own. The fp16
+# split: torch's fp16 hook against its allreduce hook (what the codec costs in torch's own hooks), the timed fp16 hook
+# against torch's, against no codec stamp (what those stamps cost), against its codec stamps on the done lane (a lane
+# a bucket against one shared), and the shared lane against no codec stamp.
 PAIRED = (
     ("timed", "timed_noop"),
     ("timed", "timed_noop_stamped"),
@@ -116,8 +121,9 @@ PAIRED = (
     ("timed_done_pool", "timed_no_done"),
     ("torch_fp16", "torch_hook"),
     ("timed_fp16", "torch_fp16"),
-    ("timed_fp16", "timed_fp16_no_codec"),
-    ("timed_fp16_done_lane", "timed_fp16_no_codec"),
+    ("timed_fp16", "timed_fp16_no_codec_stamp"),
+    ("timed_fp16", "timed_fp16_done_lane"),
+    ("timed_fp16_done_lane", "timed_fp16_no_codec_stamp"),
 )
 
 
@@ -164,28 +170,6 @@ def _timed_allreduce_variant(
     return returned(record, future.then(on_done))
 
 
-def _timed_fp16_variant(
-    state: TimedHookState, bucket: dist.GradBucket, codec_stamp: str
-) -> torch.futures.Future[torch.Tensor]:
-    """The timed fp16 hook (hook.py's `_timed_compress_hook`) with its end-of-decompression stamp changed.
-    `codec_stamp`: "done_lane", taken by `callback_now()` on the collectives' done lane rather than on a lane of the
-    bucket's own; "none", not taken. The cast, the collective with its stamps, and the copy back are the hook's."""
-    if codec_stamp not in ("done_lane", "none"):
-        raise ValueError(f"no such bench hook change: codec_stamp={codec_stamp!r}")
-    group = dist.group.WORLD
-    buffer = bucket.buffer()
-    record = state._new_record(bucket, buffer, buffer.numel() * torch.float16.itemsize, torch.float16)
-    compressed = compress(buffer, torch.float16, group.size())
-
-    def decompress(result: list[torch.Tensor]) -> torch.Tensor:
-        buffer.copy_(result[0])
-        if codec_stamp == "done_lane":
-            record.finished = state.stamps.callback_now()
-        return buffer
-
-    return returned(record, state.launch(record, compressed, group, then=decompress))
-
-
 # The bench's own hooks: each the timed allreduce hook with the changes given (`_timed_allreduce_variant`'s arguments).
 BENCH_HOOK_CHANGES: dict[str, dict[str, object]] = {
     "noop_stamped": {"done": "timed", "send": False},  # every stamp of the allreduce path, and no collective
@@ -197,20 +181,9 @@ BENCH_HOOK_CHANGES: dict[str, dict[str, object]] = {
 }
 
 
-# The fp16 split's own hooks: the timed fp16 hook with the change given (`_timed_fp16_variant`'s argument).
-BENCH_FP16_HOOK_CHANGES: dict[str, dict[str, object]] = {
-    "fp16_done_lane": {"codec_stamp": "done_lane"},
-    "fp16_no_codec": {"codec_stamp": "none"},
-}
-
-
-def _bench_hook(
-    name: str,
-    changes: dict[str, object],
-    variant: Callable[..., torch.futures.Future[torch.Tensor]] = _timed_allreduce_variant,
-):
+def _bench_hook(name: str, changes: dict[str, object]) -> Callable[..., torch.futures.Future[torch.Tensor]]:
     def hook(state: TimedHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        return variant(state, bucket, **changes)
+        return _timed_allreduce_variant(state, bucket, **changes)
 
     hook.__name__ = hook.__qualname__ = name
     # DDP checks a hook's annotations against the types themselves; this module's annotations are strings.
@@ -222,10 +195,24 @@ def _bench_hook(
     return hook
 
 
-BENCH_HOOKS = {
-    **{name: _bench_hook(name, changes) for name, changes in BENCH_HOOK_CHANGES.items()},
-    **{name: _bench_hook(name, changes, _timed_fp16_variant) for name, changes in BENCH_FP16_HOOK_CHANGES.items()},
-}
+BENCH_HOOKS = {name: _bench_hook(name, changes) for name, changes in BENCH_HOOK_CHANGES.items()}
+
+
+def change_codec_stamps(stamps: StepStamps, change: str) -> None:
+    """Change where `stamps` takes the codec's end-of-decompression stamps (`callback_now(codec_of_bucket=i)`), the
+    collectives' done stamps left as they are. `change`: "done_lane", on the done stamps' lane instead of a lane of
+    the bucket's own; "none", not at all (the hook's `record.finished` stays None, so the resolve ends the bucket at
+    its last collective's done: what comes after it goes uncounted)."""
+    if change not in ("done_lane", "none"):
+        raise ValueError(f"no such codec stamp change: {change!r}")
+    on_its_lane = stamps.callback_now
+
+    def callback_now(codec_of_bucket: int | None = None) -> Stamp | None:
+        if codec_of_bucket is None:
+            return on_its_lane()
+        return on_its_lane() if change == "done_lane" else None
+
+    stamps.callback_now = callback_now  # this instance only: the hook itself is train.py's, unchanged
 
 
 class Variant:
@@ -238,6 +225,8 @@ class Variant:
         self.spec, self.batch, self.bf16, self.cuda = spec, batch, bf16, cuda
         timed_hook = TIMED_VARIANTS.get(hook)
         self.state = make_hook_state(timed_hook, self.ddp.module, use_cuda=cuda) if timed_hook else None
+        if hook in CODEC_STAMP_CHANGES:
+            change_codec_stamps(self.state.stamps, CODEC_STAMP_CHANGES[hook])
         # Per step, the main thread's wall ms in the resolve (or the drop) and in the statistics.
         self.resolve_ms: list[float] = []
         self.stats_ms: list[float] = []
@@ -430,6 +419,9 @@ def main() -> None:
     default = [name for name in available if name not in FP16_VARIANTS]
     args.variants = [name for name in (args.variants or ",".join(default)).split(",") if name]
     unknown = sorted(set(args.variants) - set(available))
+    gpu_only = sorted(set(unknown) & set(GPU_ONLY))
+    if gpu_only:
+        parser.error(f"--variants: {', '.join(gpu_only)} change only what the GPU does; run them with --device cuda")
     if unknown or not args.variants:
         parser.error(
             f"--variants: {', '.join(unknown) or 'none given'}; on {args.device} choose from {', '.join(available)}"

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from bench.vs_plain import VARIANTS as PAIR_VARIANTS
 from bench.vs_plain import train_window
+from harness.common.dist_env import lone_rank_env
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -144,8 +145,7 @@ def attribute(raw: Path, rate: int, steps: float) -> dict:
 
 def profile(args: argparse.Namespace, name: str, extra: list[str], out: Path) -> dict:
     raw = out / f"{name}.txt"
-    rank = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0"}
-    env = {**os.environ, **rank, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(args.port), "TORCHELASTIC_RUN_ID": name}
+    env = {**os.environ, **lone_rank_env(args.port, run_id=name)}
     train = [sys.executable, "train.py", "--model", args.model, "--batch-size", str(args.batch_size),
              "--max-steps", str(args.steps), "--logdir", str(out / "runs"), "--run-name", name,
              *args.train_args, *extra]  # fmt: skip

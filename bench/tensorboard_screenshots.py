@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from harness.common.dist_env import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "docs" / "tensorboard"
@@ -64,12 +65,6 @@ def train(logdir: Path) -> None:
         if proc.returncode != 0:
             sys.exit(f"{name}: train.py exited {proc.returncode}:\n{proc.stderr[-2000:]}")
         print(f"# {name}: {time.monotonic() - started:.0f} s", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def serve(logdir: Path, runs: int) -> tuple[subprocess.Popen, str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from harness.common import tags
+from harness.common.dist_env import free_port
 from harness.common.names import SUMMARY_FILE
 from harness.common.run_identity import workload_hash
 from harness.train.dashboards import custom_scalar_layout
@@ -78,12 +78,6 @@ def runs(tmp_path_factory) -> tuple[Path, dict[str, str], dict[str, str]]:
         (version,) = [p.name for p in (logdir / name).iterdir() if p.is_dir()]
         names[name] = f"{name}/{version}"
     return logdir, names, consoles
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def request(port: int, path: str, body: dict | None = None) -> Any:

@@ -1,11 +1,15 @@
-"""bench.vs_plain --report: the pairs of several calls (each call's --out file) pooled into one table, and a
-file that is not one of its own refused in one line."""
+"""bench.vs_plain: --report pools the pairs of several calls (each call's --out file) into one table and refuses a
+file that is not one of its own in one line; a leftover run is a Python process running train.py or the plain loop."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+
+import pytest
 
 from tests.train_runs import REPO
 
@@ -59,13 +63,32 @@ def test_leftover_runs_counts_python_running_train_py_and_not_a_shell_that_names
     text names train.py (as a device call's wrapper loop did, 3 in every run) is not."""
     from bench.vs_plain import leftover_runs
 
-    shell = subprocess.Popen(["bash", "-c", "sleep 30; echo train.py"])
-    python = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "train.py"])
+    # Each in a session of its own, so that killing its group ends the shell's sleep too.
+    shell = subprocess.Popen(["bash", "-c", "sleep 30; echo train.py"], start_new_session=True)
+    python = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "train.py"], start_new_session=True)
     try:
         found = leftover_runs()
         assert python.pid in found
         assert shell.pid not in found
     finally:
         for proc in (shell, python):
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("argv", "measured"),
+    [
+        ([b"/usr/bin/python3", b"-u", b"train.py", b"--model", b"resnet50"], True),
+        ([b"python3.11", b"/abs/path/train.py"], True),
+        ([b"/venv/bin/python", b"-m", b"bench.plain_ddp", b"--steps", b"300"], True),
+        ([b"/bin/bash", b"-c", b"python train.py"], False),
+        ([b"/venv/bin/python", b"-m", b"bench.vs_plain"], False),
+        ([b"/venv/bin/python", b"my_train.py"], False),
+        ([], False),
+    ],
+)
+def test_is_measured_run_names_python_running_train_py_or_the_plain_loop(argv, measured):
+    from bench.vs_plain import is_measured_run
+
+    assert is_measured_run(argv) is measured

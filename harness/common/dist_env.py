@@ -7,6 +7,7 @@ the entry points start their own processes on loopback (the embedded default).
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 
 import torch
@@ -95,3 +96,25 @@ def detect(environ: dict[str, str] | None = None) -> DistEnv:
 def default_backend() -> str:
     """NCCL where each process has a GPU, gloo otherwise."""
     return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on at `host` now (the OS picks it; another program could still take it first)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def lone_rank_env(master_port: int, run_id: str = "none") -> dict[str, str]:
+    """torchrun's variables for rank 0 of a world of one on this host: a program started without torchrun (under a
+    profiler, in a bench's own process) then takes the same path it takes under torchrun."""
+    return {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port),
+        "TORCHELASTIC_RUN_ID": run_id,
+    }

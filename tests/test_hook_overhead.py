@@ -1,0 +1,45 @@
+"""bench.hook_overhead's fp16 split: its codec-stamp change, and a real run of its variants on 2 gloo ranks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bench.hook_overhead import change_codec_stamps
+from harness.train.stamps import StepStamps
+from tests.train_runs import REPO
+
+
+@pytest.mark.parametrize("change", ["done_lane", "none"])
+def test_a_codec_stamp_change_leaves_the_done_stamps_alone(change):
+    stamps = StepStamps(use_cuda=False)
+    change_codec_stamps(stamps, change)
+    assert isinstance(stamps.callback_now(), int)  # a collective's done stamp: the host's clock, as before
+    codec = stamps.callback_now(codec_of_bucket=3)
+    assert (codec is None) == (change == "none")
+
+
+def test_an_unknown_codec_stamp_change_is_refused():
+    with pytest.raises(ValueError, match="no such codec stamp change"):
+        change_codec_stamps(StepStamps(use_cuda=False), "elsewhere")
+
+
+def test_the_fp16_split_runs_on_two_gloo_ranks_and_pairs_its_rounds():
+    variants = ["torch_fp16", "timed_fp16", "timed_fp16_no_codec_stamp"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.hook_overhead", "--device", "cpu", "--nproc", "2", "--model", "resnet_tiny",
+         "--batch-size", "2", "--image-size", "32", "--blocks", "2", "--steps-per-block", "2", "--warmup-steps", "1",
+         "--variants", ",".join(variants)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in variants:
+        assert len(record["round_ms_per_step"][name]) == 2
+        assert record[f"{name}_hook_host_ms_per_step_p50"] > 0  # each hook ran, timed by the same wrapper
+    assert record["timed_buckets"] >= 1
+    for key in ("timed_fp16_minus_torch_fp16_ms", "timed_fp16_minus_timed_fp16_no_codec_stamp_ms"):
+        assert key in record
