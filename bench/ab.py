@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from harness.common import thread_cpu
-from harness.common.metrics import percentile
+from harness.common.metrics import median_ci95, percentile
 
 
 def time_block(step: Callable[[], None], steps: int, cuda: bool) -> float:
@@ -62,10 +62,5 @@ def summarize(samples: dict[str, list[float]], baseline: str) -> dict[str, float
 def paired_difference(values: list[float], baseline: list[float], name: str, draws: int = 2000) -> dict[str, object]:
     """The median of the rounds' differences `values` − `baseline` (each round ran both, side by side) as
     `name`, and its 95 % interval as `name`_ci95: a percentile bootstrap of that median over the rounds."""
-    differences = np.array(values) - np.array(baseline)
-    rng = np.random.default_rng(0)
-    medians = np.median(rng.choice(differences, size=(draws, differences.size)), axis=1)
-    return {
-        name: float(np.median(differences)),
-        f"{name}_ci95": [float(np.percentile(medians, 2.5)), float(np.percentile(medians, 97.5))],
-    }
+    differences = [v - b for v, b in zip(values, baseline, strict=True)]
+    return {name: float(np.median(differences)), f"{name}_ci95": list(median_ci95(differences, draws))}

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.common import thread_cpu
-from harness.common.metrics import percentile
+from harness.common.metrics import median_ci95, percentile
 from harness.common.names import SUMMARY_FILE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -254,7 +254,13 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
     )
     for name, extra in variants.items():
         program = "bench.plain_ddp" if name in PLAIN_VARIANTS else "train.py"
-        lines.append(f"# {name}: {program} {shlex.join(extra) or 'as shipped'}")
+        ratios = [row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for row in rows]
+        low, high = median_ci95(ratios, draws=10000)
+        median = percentile(ratios, 50)
+        lines.append(
+            f"# {name}: {program} {shlex.join(extra) or 'as shipped'}; plain/{name} median {median:.3f}, 95 % "
+            f"interval of the median [{low:.3f}, {high:.3f}] (bootstrap over the {len(rows)} pairs)"
+        )
     return "\n".join(lines)
 
 

@@ -44,7 +44,12 @@ def test_report_pools_the_calls_and_tables_only_the_variants_every_pair_ran(tmp_
     assert row.split()[1] == "1.000"  # ratios 0.75, 1, 1: the median is 1
     assert not any(line.startswith("noop") for line in lines)  # the second call did not run it
     assert "(max − min) / p50 = 10.0 %" in proc.stdout  # the plain loop's 30, 30, 33 ms
-    assert lines[-1] == "# train.py: train.py as shipped"
+    # Ratios 0.75, 1, 1: a resample's median is 0.75 when two or three of its three draws are (7 in 27), so the
+    # bootstrap's 2.5th percentile is 0.75 and its 97.5th is 1.
+    assert lines[-1] == (
+        "# train.py: train.py as shipped; plain/train.py median 1.000, 95 % interval of the median [0.750, 1.000]"
+        " (bootstrap over the 3 pairs)"
+    )
 
 
 def test_report_refuses_a_file_it_did_not_write_in_one_line(tmp_path):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 # Bus-bandwidth factor per collective, as a function of the world size n. The factor turns algorithm
 # bandwidth into the per-link bandwidth a ring would need, so different collectives read on one scale.
 BUSBW_FACTORS = {
@@ -113,3 +115,12 @@ def busy_ms(intervals: Iterable[tuple[float, float]]) -> float:
     if current_end is not None:
         total += current_end - current_start
     return total
+
+
+def median_ci95(values: list[float], draws: int = 2000) -> tuple[float, float]:
+    """A 95 % interval of the median of `values`: a percentile bootstrap over them (fixed seed, so a report
+    printed twice from the same data reads the same)."""
+    samples = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(0)
+    medians = np.median(rng.choice(samples, size=(draws, samples.size)), axis=1)
+    return float(np.percentile(medians, 2.5)), float(np.percentile(medians, 97.5))
