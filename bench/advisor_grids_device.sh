@@ -4,30 +4,39 @@
 # 20 % worst-error bar, so those cells cannot be decided there (docs/BENCHMARKS.md, "the validated error over twelve
 # grids"). The grids are the ones run there (resnet50 64 px batch 8 at caps 1 and 100 MiB; gpt2 seq 32 batch 2 at 5
 # and 100 MiB; each with DDP's default, allreduce and fp16, 3 repeats, the bases in the grid), so the two hosts'
-# figures compare. train.py gives each of the 4 ranks cores/4 threads.
-# Usage: OUT=dir [GRIDS="resnet50 gpt2"] [GRID_S=seconds per grid] bash bench/advisor_grids_device.sh
-# Each grid's report.md comes back as report_GRID.md; a grid cut by GRID_S comes back as GRID_runs.tar.gz (its
-# finished runs: untar it under bench-out/ and pass --reuse with the same --out to finish it on a later call).
+# figures compare. train.py gives each of the 4 ranks (usable cores)/4 threads; the script prints what it sees.
+# Usage: OUT=dir [GRIDS=resnet50|gpt2|"resnet50 gpt2"] [GRID_S=seconds per grid] bash bench/advisor_grids_device.sh
+# One grid a call by default: 18 runs of 4 ranks, whose second base run is the 12th, in a call of at most 600 s.
+# Each grid's report.md comes back as report_GRID.md only when the grid finished. A grid cut by GRID_S comes back as
+# GRID_runs.tar.gz (its finished runs' summaries and logs, for reading; a later call must run the grid again).
 set -u
 OUT=${OUT:-out}
 WORK=${WORK:-/tmp/advisor_grids}
 mkdir -p "$OUT" "$WORK"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUDA_VISIBLE_DEVICES=""  # torch sees no GPU, so train.py runs its ranks on CPU with gloo
-echo "# $(nproc) CPU cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-for GRID in ${GRIDS:-resnet50 gpt2}; do
+python - <<'PY'
+import os
+quota = open("/sys/fs/cgroup/cpu.max").read().strip() if os.path.exists("/sys/fs/cgroup/cpu.max") else "none found"
+print(f"# {os.cpu_count()} CPUs, {len(os.sched_getaffinity(0))} in this process's affinity (train.py divides these),"
+      f" cgroup cpu.max {quota}, load {os.getloadavg()[0]:.2f}")
+PY
+for GRID in ${GRIDS:-resnet50}; do
   case "$GRID" in
     resnet50) WORKLOAD="--model resnet50 --image-size 64 --batch-size 8 --caps 1,100" ;;
     gpt2) WORKLOAD="--model gpt2 --seq-len 32 --batch-size 2 --caps 5,100" ;;
     *) echo "advisor_grids_device: no grid named $GRID (resnet50, gpt2)" >&2; exit 2 ;;
   esac
+  rm -rf "${WORK:?}/$GRID"  # a warm machine may hold an earlier call's grid: never report it as this one
   date -u +"== $GRID from %H:%M:%S UTC"
-  timeout "${GRID_S:-290}" python -m bench.advisor_validation $WORKLOAD --nproc 4 --max-steps 30 \
+  timeout -k 30 "${GRID_S:-480}" python -m bench.advisor_validation $WORKLOAD --nproc 4 --max-steps 30 \
     --calibration-every 5 --repeat 3 --bases-in-grid --out "$WORK/$GRID" >"$WORK/$GRID.log" 2>&1
-  echo "exit $?"; tail -12 "$WORK/$GRID.log"
-  if [ -f "$WORK/$GRID/report.md" ]; then
+  CODE=$?
+  echo "exit $CODE"; tail -12 "$WORK/$GRID.log"
+  if [ "$CODE" = 0 ] && [ -f "$WORK/$GRID/report.md" ]; then
     cp "$WORK/$GRID/report.md" "$OUT/report_$GRID.md"
-  else
-    tar -czf "$OUT/${GRID}_runs.tar.gz" --exclude="*.png" -C "$WORK" "$GRID"
+  else  # cut or failed: a report.md written from part of the grid is not the grid's
+    cp "$WORK/$GRID.log" "$OUT/${GRID}_cut.log"
+    tar -czf "$OUT/${GRID}_runs.tar.gz" --exclude="*.png" --exclude="events.out.tfevents.*" -C "$WORK" "$GRID"
   fi
 done
