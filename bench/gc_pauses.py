@@ -72,7 +72,11 @@ def main() -> None:
     if not program or program == ["-m"]:
         parser.exit(2, "gc_pauses: name a program after --: a script, or -m and a module\n")
     if program[0] == "-m":
-        if importlib.util.find_spec(program[1].split(".")[0]) is None or importlib.util.find_spec(program[1]) is None:
+        try:
+            found = importlib.util.find_spec(program[1]) is not None
+        except ModuleNotFoundError:  # a parent package of it is missing
+            found = False
+        if not found:
             parser.exit(2, f"gc_pauses: no such module: {program[1]}\n")
     elif not os.path.isfile(program[0]):
         parser.exit(2, f"gc_pauses: no such script: {program[0]}\n")

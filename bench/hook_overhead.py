@@ -67,14 +67,7 @@ from bench.ab import interleave, paired_difference, summarize, time_block, time_
 from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
-from harness.train.hook import (
-    TIMED_HOOKS,
-    TimedHookState,
-    all_reduce_sum,
-    make_hook_state,
-    pre_divide,
-    returned,
-)
+from harness.train.hook import TIMED_HOOKS, TimedHookState, all_reduce_sum, make_hook_state, pre_divide, returned
 from harness.train.stamps import CollectiveStamps, Stamp, StepStamps
 from harness.train.step_stats import step_stats
 from models import get_model_spec

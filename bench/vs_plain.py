@@ -224,6 +224,7 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
     step; and the plain loop's own spread across the pairs."""
     plain = [row["plain"]["ms_per_step"] for row in rows]
     spread = (max(plain) - min(plain)) / percentile(plain, 50) * 100
+    ratios = {name: [row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for row in rows] for name in variants}
     ratio_head = "plain/variant p50 [p10, p90]"
     lines = [
         f"# {len(rows)} pairs; ms per step over the window; CPU: main thread (harness: its part of it), process",
@@ -237,8 +238,7 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
         if name == "plain":
             ratio = f"{'1 (spread ' + format(spread, '.1f') + ' %)':>30}"
         else:
-            ratios = [row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for row in rows]
-            q = [percentile(ratios, p) for p in (50, 10, 90)]
+            q = [percentile(ratios[name], p) for p in (50, 10, 90)]
             ratio = f"{f'{q[0]:.3f} [{q[1]:.3f}, {q[2]:.3f}]':>30}"
         lines.append(f"{name:<18} {ratio} " + " ".join(cells))
     lines += thread_table(rows, ["plain", *variants])
@@ -254,9 +254,8 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
     )
     for name, extra in variants.items():
         program = "bench.plain_ddp" if name in PLAIN_VARIANTS else "train.py"
-        ratios = [row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for row in rows]
-        low, high = median_ci95(ratios, draws=10000)
-        median = percentile(ratios, 50)
+        low, high = median_ci95(ratios[name], draws=10000)
+        median = percentile(ratios[name], 50)
         lines.append(
             f"# {name}: {program} {shlex.join(extra) or 'as shipped'}; plain/{name} median {median:.3f}, 95 % "
             f"interval of the median [{low:.3f}, {high:.3f}] (bootstrap over the {len(rows)} pairs)"

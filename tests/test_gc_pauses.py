@@ -35,6 +35,7 @@ def test_the_log_records_a_real_full_collection_and_splits_by_time():
         (["no_such_script.py"], "gc_pauses: no such script: no_such_script.py"),
         (["-m", "no_such_package.module"], "gc_pauses: no such module: no_such_package.module"),
         (["-m", "bench.no_such_module"], "gc_pauses: no such module: bench.no_such_module"),
+        (["-m", "bench.no_such_package.module"], "gc_pauses: no such module: bench.no_such_package.module"),
         ([], "gc_pauses: name a program after --: a script, or -m and a module"),
     ],
 )
