@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.advice import hook_host_cost
+from harness.analysis.advice import advise, hook_host_cost
 from harness.analysis.backward_timeline import BackwardTimeline, CodecCost, ParamReady
 from harness.analysis.bucket_layout import model_bucket_layout
 from harness.analysis.prediction import (
     Network,
     after_backward_busbw,
     network_from_run,
+    paired_dtype_rates,
     with_run_latency,
     with_run_rates,
 )
@@ -272,6 +273,34 @@ def test_collectives_no_longer_than_alpha_give_no_rate():
     summary = after_backward_summary("float32", [("float32", MIB, 0.0), ("float16", MIB, 0.15), ("float32", MIB, 5.0)])
     rates = after_backward_busbw(summary, alpha_us=100.0, world=2)
     assert set(rates) == {"float32"} and rates["float32"][1] == 1
+
+
+def test_a_probe_under_two_alphas_is_paired_with_the_chunk_of_as_many_elements_before_it():
+    """Float32 chunks of 2 MiB (20 ms) and 4 MiB (30 ms), then float16 probes of 1 MiB (as many elements as the
+    2 MiB chunk, 18 ms) and 3 MiB (no float32 chunk of its elements): only the first has a pair, rate per byte
+    (1/18) / (2/20) = 0.556. A dtype with no probe, or a probe before any chunk of its elements, gives nothing."""
+    rows = [("float16", MIB, 9.0), ("float32", 2 * MIB, 20.0), ("float32", 4 * MIB, 30.0), ("float16", MIB, 18.0)]
+    summary = after_backward_summary("float32", [*rows, ("float16", 3 * MIB, 25.0), ("bfloat16", MIB, 0.0)])
+    assert paired_dtype_rates(summary, "float32") == pytest.approx({"float16": (1 / 18) / (2 / 20)})
+    assert paired_dtype_rates(after_backward_summary("float32", rows[:1]), "float32") == {}
+
+
+def test_a_dtype_probed_only_under_two_alphas_still_has_its_rate_and_the_pick_follows_the_measurement():
+    """A real base run (resnet50 at 64 px, batch 8, 4 gloo ranks of 4 cores each on the H100 host's 16 cores, DDP's
+    default cap, 2026-12-06): its α of 12.3 ms put both of its 12.6 MB float16 probes (21-22 ms) under 2α, so the
+    model sent fp16 at float32's rate per byte and picked fp16 at DDP's default cap. In the same grid, 3 runs of each
+    setting, fp16 was the slower hook: 369 against 275 ms at the default cap, 324 against 286 at 100 MiB (and 770
+    against 339 at 1 MiB, a per-bucket cost the model still misses: docs/BENCHMARKS.md, 2026-12-06). Paired with
+    the float32 chunk of as many elements, the probes give float16 about half float32's rate per byte."""
+    summary = json.loads((ROOT / "tests/data/resnet50_4ranks_4cores_each_default_allreduce.json").read_text())
+    network = network_from_run(summary, "resnet50-4-ranks")
+    assert network is not None and network.alpha_us > 10_000
+    assert 0.4 < network.dtype_rate["float16"] < 0.7
+    advice = advise(summary, "resnet50-4-ranks", network, hooks=["allreduce", "fp16"], caps_mb=(1, 100))
+    assert advice.rows[0].candidate.hook == "allreduce"
+    step = {(row.candidate.kind, row.candidate.bucket_cap_mb, row.candidate.hook): row.step_ms for row in advice.rows}
+    assert step[("default", None, "fp16")] > step[("default", None, "allreduce")]
+    assert step[("cap", 100.0, "fp16")] > step[("cap", 100.0, "allreduce")]
 
 
 def test_hidden_communication_costs_kappa():

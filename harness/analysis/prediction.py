@@ -30,8 +30,10 @@ from harness.common.sweep_fits import FitRecordError, load_fits
 
 ALPHA_SCALINGS = ("constant", "ring")
 HOOKS = ("allreduce", "fp16", "bf16")  # PowerSGD's traffic depends on its rank and state: not modelled
-COMPRESSED_ITEMSIZE = {"fp16": 2, "bf16": 2}
+# Bytes per element of the dtypes a run's collectives carry (summary.json names them as torch does).
+DTYPE_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 COMPRESSED_DTYPE = {"fp16": "float16", "bf16": "bfloat16"}  # what the compress hooks send
+COMPRESSED_ITEMSIZE = {hook: DTYPE_ITEMSIZE[dtype] for hook, dtype in COMPRESSED_DTYPE.items()}
 # Backward costs about twice the forward (two matmuls per forward matmul), so 2/3 of forward + backward.
 DEFAULT_BACKWARD_SHARE = 2 / 3
 
@@ -357,6 +359,17 @@ def with_run_rates(network: Network, summary: dict[str, Any], after_backward: bo
     if dtype_rate:
         source += "; per byte, " + ", ".join(f"{dtype} {ratio:.2f}×" for dtype, ratio in sorted(dtype_rate.items()))
         source += f" {wire}'s rate (the run's probes after backward)"
+    # A dtype whose every probe fell under 2α above would otherwise go at the wire dtype's rate, as if never probed:
+    # resnet50 on 4 ranks of 4 cores each, α 12.3 ms, its 12.6 MB float16 probes took 13-24 ms, and the advisor
+    # picked fp16, 34 % slower than allreduce (docs/BENCHMARKS.md, 2026-12-06). The probe's own pair is the rate then.
+    paired = {dtype: ratio for dtype, ratio in paired_dtype_rates(summary, wire).items() if dtype not in after}
+    if paired:
+        dtype_rate |= paired
+        source += "; per byte, " + ", ".join(f"{dtype} {ratio:.2f}×" for dtype, ratio in sorted(paired.items()))
+        source += (
+            f" {wire}'s rate, from whole times (α in both: every probe of it under 2α), against the {wire} "
+            "all_reduce of as many elements before it"
+        )
     gradient_dtype = (summary.get("after_backward_all_reduces") or {}).get("dtype", [wire])[0]
     return replace(
         network,
@@ -382,6 +395,30 @@ def after_backward_busbw(summary: dict[str, Any], alpha_us: float, world: int) -
         if factor > 0 and is_finite(ms) and size > 0 and 1e3 * ms >= 2 * alpha_us and 1e3 * ms > alpha_us:
             rates.setdefault(dtype, []).append(size * factor / ((1e3 * ms - alpha_us) * 1e3))
     return {dtype: (percentile(values, 50), len(values)) for dtype, values in rates.items()}
+
+
+def paired_dtype_rates(summary: dict[str, Any], wire: str) -> dict[str, float]:
+    """Per probed dtype other than `wire`, the median over its probes of its rate per byte against the `wire`
+    all_reduce of as many elements that came before it (calibration.average_gradients probes with the first chunk's
+    element count), each rate from the whole time, α included in both. Where α takes most of a probe's time this is
+    the only rate it gives: with the bytes' time alike per element, a dtype of half the bytes comes out at half the
+    rate, the same time for the same gradients. Empty where the run has no such pair."""
+    if wire not in DTYPE_ITEMSIZE:
+        return {}
+    timed = [
+        (dtype, size / DTYPE_ITEMSIZE[dtype], size / ms)  # (dtype, elements, bytes per ms)
+        for dtype, size, ms in after_backward_rows(summary)
+        if dtype in DTYPE_ITEMSIZE and size > 0 and is_finite(ms) and ms > 0
+    ]
+    ratios: dict[str, list[float]] = {}
+    for index, (dtype, elements, rate) in enumerate(timed):
+        if dtype == wire:
+            continue
+        before = (r for d, e, r in reversed(timed[:index]) if d == wire and e == elements)
+        wire_rate = next(before, None)
+        if wire_rate is not None:
+            ratios.setdefault(dtype, []).append(rate / wire_rate)
+    return {dtype: percentile(values, 50) for dtype, values in ratios.items()}
 
 
 def check_fit_range(network: Network, sizes: list[int], extrapolate: bool = False, sweep: str = "") -> str | None:
