@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.advice import advise, hook_host_cost
+from harness.analysis.advice import advise, codec_beside_backward_note, hook_host_cost
 from harness.analysis.backward_timeline import BackwardTimeline, CodecCost, ParamReady
 from harness.analysis.bucket_layout import model_bucket_layout
 from harness.analysis.prediction import (
@@ -301,6 +301,31 @@ def test_a_dtype_probed_only_under_two_alphas_still_has_its_rate_and_the_pick_fo
     step = {(row.candidate.kind, row.candidate.bucket_cap_mb, row.candidate.hook): row.step_ms for row in advice.rows}
     assert step[("default", None, "fp16")] > step[("default", None, "allreduce")]
     assert step[("cap", 100.0, "fp16")] > step[("cap", 100.0, "allreduce")]
+
+
+@pytest.mark.parametrize(
+    ("threads", "hooks", "run_hook", "warned"),
+    [
+        (None, ["allreduce", "fp16"], "allreduce", "an unrecorded number of intra-op threads a rank"),  # older train.py
+        (4, ["allreduce", "fp16", "bf16"], "allreduce", "4 intra-op threads a rank"),
+        (1, ["allreduce", "fp16"], "allreduce", None),  # the 2-core machine's grids, where fp16 predicted well
+        (4, ["allreduce"], "allreduce", None),  # no compressed row
+        (4, ["allreduce", "fp16"], "fp16", None),  # the run paid the codec beside backward itself
+    ],
+)
+def test_compressed_rows_from_a_cpu_run_of_several_threads_a_rank_carry_a_warning(threads, hooks, run_hook, warned):
+    """The 4-rank base run above (4 intra-op threads a rank, a train.py that did not record them): predicted from it,
+    fp16 at 1 MiB was 44-47 % short of its measured step, its codec 6-12 ms a bucket in the run against a probe's
+    0.05-0.5 ms. Rows with that gap are flagged where the run could not have seen it."""
+    summary = json.loads((ROOT / "tests/data/resnet50_4ranks_4cores_each_default_allreduce.json").read_text())
+    if threads is not None:
+        summary["ranks"] = [{**rank, "intra_op_threads": threads} for rank in summary["ranks"]]
+    note = codec_beside_backward_note(summary, hooks, run_hook)
+    if warned is None:
+        assert note is None
+    else:
+        assert note is not None and warned in note and "--verify" in note
+        assert note.startswith(", ".join(h for h in hooks if h != "allreduce") + " rows")
 
 
 def test_hidden_communication_costs_kappa():

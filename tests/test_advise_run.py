@@ -8,6 +8,7 @@ it names, with the original run's workload, and set what they measured beside wh
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -55,6 +56,12 @@ def test_advice_rebuilds_the_runs_own_buckets(base_run, tmp_path):
     assert any(r["kind"] == "list" for r in advice["rows"])
     assert advice["network"]["source"].startswith("in-run fit")
     assert "# recommendation:" in proc.stdout and "Formulas:" in proc.stdout
+    # Each rank's CPU threads, as train.py shares the cores this process may use between the machine's ranks; the
+    # fp16 and bf16 rows carry the advisor's warning only where a rank had more than one.
+    cores = len(os.sched_getaffinity(0))
+    threads = {rank["intra_op_threads"] for rank in summary["ranks"]}
+    assert threads == {max(1, cores // summary["world_size"])}
+    assert any("rows are likely too fast here" in note for note in advice["notes"]) == (max(threads) > 1)
 
 
 def test_verify_runs_the_named_settings_with_the_runs_workload(base_run, tmp_path):

@@ -159,6 +159,8 @@ def advise(
     if missing:
         notes.append(f"{', '.join(missing)} left out: the run has no codec probe to give their cast's cost")
         hooks = [h for h in hooks if h not in missing]
+    if (note := codec_beside_backward_note(summary, hooks, run_hook)) is not None:
+        notes.append(note)
     if run_hook in COMPRESS_HOOKS and run_hook not in inputs.codec:
         raise UsageError(f"--run used --comm-hook {run_hook} but has no codec probe: run it with a newer train.py")
     run_world = summary["world_size"]
@@ -196,6 +198,26 @@ def advise(
         layout_check=layout_check(summary, inputs, current_setting),
         notes=notes,
         across_kappa=picks,
+    )
+
+
+def codec_beside_backward_note(summary: dict[str, Any], hooks: list[str], run_hook: str) -> str | None:
+    """A warning where the compress hooks' rows are known to be too fast: a CPU gloo run made without them, whose
+    ranks had more than one intra-op thread each (or did not say: an older train.py). Their codec cost comes from a
+    probe run alone after the run; in the hook, the decompression runs on gloo's thread beside backward's threads.
+    None where no such row is predicted."""
+    compressed = [hook for hook in hooks if hook in COMPRESS_HOOKS]
+    ranks = summary.get("ranks") or []
+    on_cpu = summary.get("backend") == "gloo" and all(r.get("device", "cpu") == "cpu" for r in ranks)
+    threads = [r["intra_op_threads"] for r in ranks if isinstance(r.get("intra_op_threads"), int)]
+    if not compressed or run_hook in COMPRESS_HOOKS or not on_cpu or (threads and max(threads) <= 1):
+        return None
+    each = f"{max(threads)} intra-op threads a rank" if threads else "an unrecorded number of intra-op threads a rank"
+    return (
+        f"{', '.join(compressed)} rows are likely too fast here ({each}): their codec cost is a probe run alone; "
+        "in the hook, decompression runs on gloo's thread beside backward's. Validation at 4 ranks of 4 threads "
+        "measured 6-12 ms a bucket there, and predicted fp16 steps 5-47 % short of the measured ones "
+        "(docs/BENCHMARKS.md, 2026-12-06): --verify before choosing one"
     )
 
 

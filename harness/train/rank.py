@@ -30,6 +30,7 @@ import socket
 from pathlib import Path
 
 import lightning.pytorch as pl
+import torch
 import torch.distributed as dist
 
 from harness.common import dist_env
@@ -88,6 +89,9 @@ class RankRoll(pl.Callback):
         env = dist_env.detect()
         mine = {"rank": trainer.global_rank, "node_rank": env.node_rank, "host": socket.gethostname()}
         mine |= {"pid": os.getpid(), "device": str(pl_module.device), "version": run_version()}
+        # CPU ops' threads in this process: a compress hook's decompression runs on gloo's thread beside backward's
+        # threads, and the advisor warns where that can cost more than its probe (harness.analysis.advice).
+        mine["intra_op_threads"] = torch.get_num_threads()
         everyone: list = [None] * trainer.world_size
         dist.all_gather_object(everyone, mine)
         os.environ[RUN_VERSION_ENV] = everyone[0]["version"]
