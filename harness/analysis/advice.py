@@ -45,7 +45,10 @@ TIE_FRACTION = 0.005
 # predicted by this model (the earlier grids again with --reuse), each from one of the grid's own default-cap runs
 # in turn ("Issue 13: the validated error over twelve grids"): resnet50, 111 predictions, median 4.5 %, worst
 # 23.7 %; gpt_tiny, whose 8-25 ms steps are a few loopback latencies long, 84, median 12.6 %, worst 47.2 %; gpt2,
-# 45, median 5.3 %, worst 54.6 % (a 4-rank base whose buckets queued).
+# 45, median 5.3 %, worst 54.6 % (a 4-rank base whose buckets queued). Since re-predicted with α held to the shortest
+# collective after backward: 13 grids, median 6.5 %, worst 47 %. Not pooled here: resnet50 at 4 ranks of 4 cores each
+# (2026-12-06), median 19.3 %, worst 46.5 %, whose fp16 rows miss a per-bucket cost (codec_beside_backward_note); the
+# earlier grids' report files were not kept, so it cannot be pooled with them exactly (docs/validation/ keeps reports).
 VALIDATED_ERROR = {
     "median": 0.065,
     "worst": 0.47,
