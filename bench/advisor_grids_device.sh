@@ -8,7 +8,10 @@
 # Usage: OUT=dir [GRIDS=resnet50|gpt2|"resnet50 gpt2"] [GRID_S=seconds per grid] bash bench/advisor_grids_device.sh
 # One grid a call by default: 18 runs of 4 ranks, whose second base run is the 12th, in a call of at most 600 s.
 # Each grid's report.md comes back as report_GRID.md only when the grid finished. A grid cut by GRID_S comes back as
-# GRID_runs.tar.gz (its finished runs' summaries and logs, for reading; a later call must run the grid again).
+# GRID_runs.tar.gz (its finished runs' summaries and logs). Where all 18 runs finished and only the predictions were
+# cut, unpack it and predict here: `python -m bench.advisor_validation <the grid's flags> --reuse --out <GRID dir>`.
+# On the H100 host (2026-12-06) resnet50's runs took 25-36 s each (the 18 in 540 s, predictions cut) and gpt2's
+# 51-65 s: gpt2's grid needs about 17 minutes, more than one call, so it cannot finish there as written.
 set -u
 OUT=${OUT:-out}
 WORK=${WORK:-/tmp/advisor_grids}
