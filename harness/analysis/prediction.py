@@ -215,7 +215,8 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
     step's instead: its bytes over its busy communication time (busbw_gbps_p50, the link's rate within 10 %
     on tbf-shaped links, docs/BENCHMARKS.md), and α the least any bucket took beyond its bytes at that rate.
     Where the envelope is slower than that rate, the step's rate with α from the calibration's all_reduces after
-    backward; where its α is longer than the shortest of those collectives, α is held to that one's time."""
+    backward; where the α of either fit is longer than the shortest of those collectives, α is held to that one's
+    time."""
     world = summary.get("world_size") or 1
     points = [
         (b["bytes"], 1e3 * b["time_ms_p50"])
@@ -252,14 +253,16 @@ def network_from_run(summary: dict[str, Any], run: str, alpha_scaling: str = "co
         )
         alpha, busbw = clean_alpha, step_busbw
         worst = _worst_miss(Network(alpha, busbw, world), points)
-    elif how == "lower envelope" and alpha > (shortest := _shortest_after_backward_us(summary)):
+    elif alpha > (shortest := _shortest_after_backward_us(summary)):
         # A fixed cost longer than a whole collective of the same run, one with the ranks lined up and nothing else
-        # running, is not a latency: the envelope's line went through buckets that queued behind others (gpt2 on 4
-        # ranks sharing 2 cores: α 202 ms, where its calibration's 18.9 MB all_reduces took 21-35 ms). α is held to
-        # that whole collective's time, a bound that keeps what collectives beside backward pay beyond clean ones.
-        how = (
-            f"lower envelope, its α {alpha / 1e3:.3g} ms held to the {shortest / 1e3:.3g} ms of the shortest "
-            "calibration all_reduce after backward"
+        # running, is not a latency: the line went through buckets that queued behind others (gpt2 on 4 ranks
+        # sharing 2 cores: the envelope's α 202 ms, where its calibration's 18.9 MB all_reduces took 21-35 ms;
+        # resnet50 on 4 ranks of 4 threads: the least any bucket took beyond the step's rate, 12.3 ms, where a
+        # whole 8.2 MB collective took 6.2 ms, and each of 35 buckets at 1 MiB was charged it). α is held to that
+        # whole collective's time, a bound that keeps what collectives beside backward pay beyond clean ones.
+        how += (
+            f"; its α {alpha / 1e3:.3g} ms held to the {shortest / 1e3:.3g} ms of the shortest calibration "
+            "all_reduce after backward"
         )
         alpha = shortest
         worst = _worst_miss(Network(alpha, busbw, world), points)
@@ -360,8 +363,9 @@ def with_run_rates(network: Network, summary: dict[str, Any], after_backward: bo
         source += "; per byte, " + ", ".join(f"{dtype} {ratio:.2f}×" for dtype, ratio in sorted(dtype_rate.items()))
         source += f" {wire}'s rate (the run's probes after backward)"
     # A dtype whose every probe fell under 2α above would otherwise go at the wire dtype's rate, as if never probed:
-    # resnet50 on 4 ranks of 4 cores each, α 12.3 ms, its 12.6 MB float16 probes took 13-24 ms, and the advisor
-    # picked fp16, 34 % slower than allreduce (docs/BENCHMARKS.md, 2026-12-06). The probe's own pair is the rate then.
+    # resnet50 on 4 ranks of 4 threads, with α 12.3 ms (before α was held in the busy-time fit too), had both of its
+    # 12.6 MB float16 probes at 21-22 ms, and the advisor picked fp16, measured 34 % slower than allreduce
+    # (docs/BENCHMARKS.md, 2026-12-06). The probe's own pair gives the rate then.
     paired = {dtype: ratio for dtype, ratio in paired_dtype_rates(summary, wire).items() if dtype not in after}
     if paired:
         dtype_rate |= paired
@@ -406,9 +410,9 @@ def paired_dtype_rates(summary: dict[str, Any], wire: str) -> dict[str, float]:
     if wire not in DTYPE_ITEMSIZE:
         return {}
     timed = [
-        (dtype, size / DTYPE_ITEMSIZE[dtype], size / ms)  # (dtype, elements, bytes per ms)
+        (dtype, size // DTYPE_ITEMSIZE[dtype], size / ms)  # (dtype, elements, bytes per ms)
         for dtype, size, ms in after_backward_rows(summary)
-        if dtype in DTYPE_ITEMSIZE and size > 0 and is_finite(ms) and ms > 0
+        if dtype in DTYPE_ITEMSIZE and isinstance(size, int) and size > 0 and is_finite(ms) and ms > 0
     ]
     ratios: dict[str, list[float]] = {}
     for index, (dtype, elements, rate) in enumerate(timed):

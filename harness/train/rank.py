@@ -89,8 +89,8 @@ class RankRoll(pl.Callback):
         env = dist_env.detect()
         mine = {"rank": trainer.global_rank, "node_rank": env.node_rank, "host": socket.gethostname()}
         mine |= {"pid": os.getpid(), "device": str(pl_module.device), "version": run_version()}
-        # CPU ops' threads in this process: a compress hook's decompression runs on gloo's thread beside backward's
-        # threads, and the advisor warns where that can cost more than its probe (harness.analysis.advice).
+        # CPU ops' threads in this process: with more than one a rank on CPU gloo, the advisor's fp16 rows came out
+        # too fast in validation, and it says so (harness.analysis.advice.compressed_rows_note).
         mine["intra_op_threads"] = torch.get_num_threads()
         everyone: list = [None] * trainer.world_size
         dist.all_gather_object(everyone, mine)
