@@ -5,13 +5,16 @@
 # grids"). The grids are the ones run there (resnet50 64 px batch 8 at caps 1 and 100 MiB; gpt2 seq 32 batch 2 at 5
 # and 100 MiB; each with DDP's default, allreduce and fp16, 3 repeats, the bases in the grid), so the two hosts'
 # figures compare. train.py gives each of the 4 ranks (usable cores)/4 threads; the script prints what it sees.
-# Usage: OUT=dir [GRIDS=resnet50|gpt2|"resnet50 gpt2"] [GRID_S=seconds per grid] bash bench/advisor_grids_device.sh
+# Usage: OUT=dir [GRIDS=resnet50|gpt2|"resnet50 gpt2"] [GRID_S=seconds per grid] [RESUME=GRID_runs.tar.gz]
+#        bash bench/advisor_grids_device.sh
 # One grid a call by default: 18 runs of 4 ranks, whose second base run is the 12th, in a call of at most 600 s.
 # Each grid's report.md comes back as report_GRID.md only when the grid finished. A grid cut by GRID_S comes back as
 # GRID_runs.tar.gz (its finished runs' summaries and logs). Where all 18 runs finished and only the predictions were
 # cut, unpack it and predict here: `python -m bench.advisor_validation <the grid's flags> --reuse --out <GRID dir>`.
 # On the H100 host (2026-12-06) resnet50's runs took 25-36 s each (the 18 in 540 s, predictions cut) and gpt2's
-# 51-65 s: gpt2's grid needs about 17 minutes, more than one call, so it cannot finish there as written.
+# 51-65 s: gpt2's grid needs about 17 minutes, more than one call. So a cut grid can go on in the next call: copy
+# its GRID_runs.tar.gz into a git-ignored folder of the repo, carry that folder, and give RESUME=<its path> (one
+# grid in GRIDS): the runs it holds are kept and only the rest run (bench.advisor_validation --resume).
 set -u
 OUT=${OUT:-out}
 WORK=${WORK:-/tmp/advisor_grids}
@@ -31,9 +34,15 @@ for GRID in ${GRIDS:-resnet50}; do
     *) echo "advisor_grids_device: no grid named $GRID (resnet50, gpt2)" >&2; exit 2 ;;
   esac
   rm -rf "${WORK:?}/$GRID"  # a warm machine may hold an earlier call's grid: never report it as this one
+  RESUMING=""
+  if [ -n "${RESUME:-}" ]; then  # an earlier call's cut grid: its finished runs count, the rest run now
+    tar -xzf "$RESUME" -C "$WORK" || { echo "advisor_grids_device: cannot unpack RESUME=$RESUME" >&2; exit 2; }
+    [ -d "$WORK/$GRID/grid" ] || { echo "advisor_grids_device: $RESUME holds no $GRID grid" >&2; exit 2; }
+    RESUMING="--resume"
+  fi
   date -u +"== $GRID from %H:%M:%S UTC"
   timeout -k 30 "${GRID_S:-480}" python -m bench.advisor_validation $WORKLOAD --nproc 4 --max-steps 30 \
-    --calibration-every 5 --repeat 3 --bases-in-grid --out "$WORK/$GRID" >"$WORK/$GRID.log" 2>&1
+    --calibration-every 5 --repeat 3 --bases-in-grid $RESUMING --out "$WORK/$GRID" >"$WORK/$GRID.log" 2>&1
   CODE=$?
   echo "exit $CODE"; tail -12 "$WORK/$GRID.log"
   if [ "$CODE" = 0 ] && [ -f "$WORK/$GRID/report.md" ]; then

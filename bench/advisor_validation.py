@@ -23,6 +23,10 @@ of its setting's other repeats: the error a perfect model, predicting from one r
 turn (measured interleaved with the settings it predicts, so the machine's drift between an early base run and
 the grid is not charged to the model), and the errors are pooled over the bases.
 
+`--resume` runs only the grid's runs that an earlier call, cut by a time limit, did not finish under --out (each
+run name's completed summaries count against its first entries in the schedule), then predicts and compares all of
+them; `--reuse` runs nothing.
+
 `--pool REPORT...` runs nothing: it pools the step errors of earlier report.md files, the base setting's rows
 left out, into the median and worst that `harness.analysis.advice.VALIDATED_ERROR` quotes.
 
@@ -81,12 +85,38 @@ def run_base(args: argparse.Namespace, out: Path) -> Path:
     return found[-1].parent
 
 
+def still_to_run(schedule: list, logdir: Path, model: str) -> list:
+    """The entries of `schedule` (repeat, config) not yet measured under `logdir`: per run name, as many of its
+    first entries as it has completed runs there are dropped (a run that was stopped has no completed summary, so
+    it runs again)."""
+    done: dict[str, int] = {}
+    for path in logdir.glob("*/*/summary.json"):
+        try:
+            completed = json.loads(path.read_text()).get("completed") is True
+        except (OSError, ValueError):
+            completed = False
+        if completed:
+            done[path.parent.parent.name] = done.get(path.parent.parent.name, 0) + 1
+    left = []
+    for repeat, config in schedule:
+        name = grid.run_name(model, config)
+        if done.get(name, 0) > 0:
+            done[name] -= 1
+        else:
+            left.append((repeat, config))
+    return left
+
+
 def run_schedule(args: argparse.Namespace, schedule: list, logdir: Path, train: list[str], ranks: int) -> None:
     """Run `schedule` under `logdir`: `ranks` ranks on loopback (train.py's --devices, in `train`), or one a
-    namespace host."""
+    namespace host. With --resume, only what an earlier, cut call did not finish."""
     if args.reuse and any(logdir.glob("*/*/summary.json")):
         print(f"--reuse: the runs already under {logdir}", flush=True)
         return
+    if args.resume:
+        left = still_to_run(schedule, logdir, args.model)
+        print(f"--resume: {len(schedule) - len(left)} of {len(schedule)} runs already under {logdir}", flush=True)
+        schedule = left
     grid.prepare_logdir(logdir)
     if args.two_hosts:
         from tests.two_host_train import run_schedule_on_hosts
@@ -399,6 +429,12 @@ def main() -> None:
         "--reuse", action="store_true", help="keep the runs an earlier call left under --out; predict and compare again"
     )
     parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="run only what an earlier, cut call left unfinished under --out (the grid in the same order), then "
+        "predict and compare",
+    )
+    parser.add_argument(
         "--bases-in-grid",
         action="store_true",
         help="no separate base run: each of the grid's default-cap allreduce runs in turn is the base",
@@ -417,6 +453,8 @@ def main() -> None:
         parser.error(f"--extrapolate takes world sizes such as 3,4, not {args.extrapolate!r}")
     if min([args.nproc, *sizes]) < 2:
         parser.error("--nproc and --extrapolate: world sizes of 2 or more (nothing is communicated at 1)")
+    if args.resume and args.reuse:
+        parser.error("--resume runs what is missing, --reuse runs nothing: give one")
     if args.switch and not args.two_hosts:
         parser.error("--switch joins namespace hosts: give their link's rate with --two-hosts RATE")
     if args.two_hosts and not args.switch and any(n != 2 for n in [args.nproc, *sizes]):

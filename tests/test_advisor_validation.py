@@ -1,15 +1,17 @@
-"""bench.advisor_validation's noise floor (how far one run lies from its setting's other repeats) worked by hand, and
---pool, which reads the errors back from the report.md files it wrote."""
+"""bench.advisor_validation's noise floor (how far one run lies from its setting's other repeats) worked by hand,
+--pool, which reads the errors back from the report.md files it wrote, and --resume's choice of what is left to run."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
 
 import pytest
 
-from bench.advisor_validation import noise_floor, pooled_errors
+from bench.advisor_validation import noise_floor, pooled_errors, still_to_run
+from harness import grid
 from tests.train_runs import REPO
 
 # A report as bench.advisor_validation writes it: a grid table per base run (the older head said "median of 3"),
@@ -95,3 +97,22 @@ def test_world_sizes_on_namespace_hosts_need_the_switch(tmp_path, flags, message
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert message in refused.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "out").exists()
+
+
+def test_resume_runs_what_a_cut_grid_left_in_schedule_order(tmp_path):
+    """gpt2's grid on the H100 host, cut after 10 of its 18 runs (2026-12-06): the 11th, DDP's default cap with fp16
+    in its second repeat, was stopped, and its summary says it did not complete. What is left is the 11th onwards,
+    in the schedule's order; under a folder with no runs, all of it."""
+    configs = [{"--comm-hook": hook} for hook in ("allreduce", "fp16")]
+    configs += [{"--bucket-cap-mb": cap, "--comm-hook": hook} for cap in ("5", "100") for hook in ("allreduce", "fp16")]
+    schedule = grid.run_order(configs, 3)
+    for index, (_, config) in enumerate(schedule[:11]):
+        run = tmp_path / grid.run_name("gpt2", config) / f"2026120608{index:02d}00"
+        run.mkdir(parents=True)
+        if index < 10:
+            (run / "summary.json").write_text(json.dumps({"completed": True}))
+        elif index == 10:
+            (run / "summary.json").write_text(json.dumps({"completed": False}))
+    (tmp_path / "logs").mkdir()
+    assert still_to_run(schedule, tmp_path, "gpt2") == schedule[10:]
+    assert still_to_run(schedule, tmp_path / "nothing here", "gpt2") == schedule
