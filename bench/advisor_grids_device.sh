@@ -12,9 +12,9 @@
 # GRID_runs.tar.gz (its finished runs' summaries and logs). Where all 18 runs finished and only the predictions were
 # cut, unpack it and predict here: `python -m bench.advisor_validation <the grid's flags> --reuse --out <GRID dir>`.
 # On the H100 host (2026-12-06) resnet50's runs took 25-36 s each (the 18 in 540 s, predictions cut) and gpt2's
-# 51-65 s: gpt2's grid needs about 17 minutes, more than one call. So a cut grid can go on in the next call: copy
-# its GRID_runs.tar.gz into a git-ignored folder of the repo, carry that folder, and give RESUME=<its path> (one
-# grid in GRIDS): the runs it holds are kept and only the rest run (bench.advisor_validation --resume).
+# 51-65 s: gpt2's grid needs about 17 minutes, more than one call. So a cut grid can go on in the next call: put
+# its GRID_runs.tar.gz in the repo (docs/validation/ keeps grids' runs) and give RESUME=<its path> (one grid in
+# GRIDS): the runs it holds are kept and only the rest run (bench.advisor_validation --resume).
 set -u
 OUT=${OUT:-out}
 WORK=${WORK:-/tmp/advisor_grids}
