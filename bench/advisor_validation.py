@@ -85,7 +85,9 @@ def run_base(args: argparse.Namespace, out: Path) -> Path:
     return found[-1].parent
 
 
-def still_to_run(schedule: list, logdir: Path, model: str) -> list:
+def still_to_run(
+    schedule: list[tuple[int, dict[str, str]]], logdir: Path, model: str
+) -> list[tuple[int, dict[str, str]]]:
     """The entries of `schedule` (repeat, config) not yet measured under `logdir`: per run name, as many of its
     first entries as it has completed runs there are dropped (a run that was stopped has no completed summary, so
     it runs again)."""
