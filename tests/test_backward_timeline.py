@@ -210,10 +210,11 @@ def test_torch_drops_a_gradient_hook_but_not_a_post_accumulate_one():
 
 
 def test_codec_probe_fit_on_larger_buffers():
-    # Sizes ×4 apart from 256K elements: the codec's time grows with them on any device.
+    # Sizes ×4 apart from 256K elements: the codec's time grows with them on any device. Between neighbours a busy
+    # 2-core machine can swap them (0.19 ms at 256K, 0.17 at 1M, 2026-12-06), so the test holds the ends, 16× apart.
     probe = probe_codec(2**22, torch.device("cpu"), world_size=2, reps=3)
     for name in PROBE_DTYPES:
         points = probe[name]["points"]
         assert [n for n, _ in points] == [2**18, 2**20, 2**22]
-        assert [ms for _, ms in points] == sorted(ms for _, ms in points), points
+        assert points[-1][1] > points[0][1], points
         assert probe[name]["ms_per_melement"] > 0

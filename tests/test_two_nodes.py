@@ -69,10 +69,13 @@ def test_training_across_two_nodes_over_veth(tmp_path):
 def test_ring_over_three_switched_hosts_runs_at_each_links_rate(tmp_path):
     """Three hosts behind one switch, every link shaped to 400 Mbit/s at both ends: a ring all_reduce passes each
     link once each way, so its bus bandwidth is the link's rate (less gloo's headers and tbf's timer), at 3 ranks
-    as at 2. Seen: 0.045 GB/s of the link's 0.050 (90 %), the 2-host veth pair's 91–95 %."""
+    as at 2. Seen with 4 MiB: 0.045 GB/s of the link's 0.050 (90 %, 2026-12-05), the 2-host veth pair's 91–95 %;
+    but 70–76 % on 2026-12-06, where 16 MiB gave 80–81 %. A larger message leaves less of the time to each ring
+    step's latency and to the third host sharing one of the 2 cores, and keeps algbw (3/4 of busbw at 3 ranks)
+    well below the bound, so a busbw reported as algbw still fails."""
     rate_mbit, rate_gbps = 400.0, 400.0 / 8 / 1000
     jsonl = tmp_path / "three_hosts.jsonl"
-    sweep = ["-m", "harness.raw_sweep", "--collectives", "all_reduce", "--sizes", "4M", "--json", str(jsonl)]
+    sweep = ["-m", "harness.raw_sweep", "--collectives", "all_reduce", "--sizes", "16M", "--json", str(jsonl)]
     with switched_hosts(3, rate_mbit=rate_mbit) as hosts:
         # Both ends of every link: the host's and the switch port's toward it.
         assert [hosts.shaped_rate_mbit(i) for i in range(3)] == [rate_mbit] * 3
@@ -86,7 +89,7 @@ def test_ring_over_three_switched_hosts_runs_at_each_links_rate(tmp_path):
     in_place = [r for r in rows if r["placement"] == "in_place"]
     assert in_place and all(r["wrong"] == 0 for r in in_place)
     busbw = in_place[0]["busbw_gbps"]
-    print(f"\n3 switched hosts, 4 MiB ring all_reduce: busbw {busbw:.4f} GB/s on links of {rate_gbps:.4f}")
+    print(f"\n3 switched hosts, 16 MiB ring all_reduce: busbw {busbw:.4f} GB/s on links of {rate_gbps:.4f}")
     assert 0.75 * rate_gbps <= busbw <= 1.05 * rate_gbps
 
 
