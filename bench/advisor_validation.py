@@ -89,16 +89,9 @@ def still_to_run(
     schedule: list[tuple[int, dict[str, str]]], logdir: Path, model: str
 ) -> list[tuple[int, dict[str, str]]]:
     """The entries of `schedule` (repeat, config) not yet measured under `logdir`: per run name, as many of its
-    first entries as it has completed runs there are dropped (a run that was stopped has no completed summary, so
-    it runs again)."""
-    done: dict[str, int] = {}
-    for path in logdir.glob("*/*/summary.json"):
-        try:
-            completed = json.loads(path.read_text()).get("completed") is True
-        except (OSError, ValueError):
-            completed = False
-        if completed:
-            done[path.parent.parent.name] = done.get(path.parent.parent.name, 0) + 1
+    first entries as it has runs the comparison counts (harness.advise.measured_runs: completed, with a step p50)
+    are dropped. A run that was stopped has no completed summary, so it runs again."""
+    done = {name: len(runs) for name, runs in measured_runs(logdir, "step_ms_p50").items()}
     left = []
     for repeat, config in schedule:
         name = grid.run_name(model, config)

@@ -103,16 +103,14 @@ def test_resume_runs_what_a_cut_grid_left_in_schedule_order(tmp_path):
     """gpt2's grid on the H100 host, cut after 10 of its 18 runs (2026-12-06): the 11th, DDP's default cap with fp16
     in its second repeat, was stopped, and its summary says it did not complete. What is left is the 11th onwards,
     in the schedule's order; under a folder with no runs, all of it."""
+    summary = json.loads((REPO / "tests/data/resnet50_4ranks_4cores_each_default_allreduce.json").read_text())
     configs = [{"--comm-hook": hook} for hook in ("allreduce", "fp16")]
     configs += [{"--bucket-cap-mb": cap, "--comm-hook": hook} for cap in ("5", "100") for hook in ("allreduce", "fp16")]
     schedule = grid.run_order(configs, 3)
     for index, (_, config) in enumerate(schedule[:11]):
         run = tmp_path / grid.run_name("gpt2", config) / f"2026120608{index:02d}00"
         run.mkdir(parents=True)
-        if index < 10:
-            (run / "summary.json").write_text(json.dumps({"completed": True}))
-        elif index == 10:
-            (run / "summary.json").write_text(json.dumps({"completed": False}))
+        (run / "summary.json").write_text(json.dumps({**summary, "completed": index < 10}))
     (tmp_path / "logs").mkdir()
     assert still_to_run(schedule, tmp_path, "gpt2") == schedule[10:]
     assert still_to_run(schedule, tmp_path / "nothing here", "gpt2") == schedule
