@@ -146,7 +146,7 @@ def test_two_process_run_writes_promised_tags(tmp_path):
     # Net of the exposure those steps would have paid as measured steps: a part of the all_reduce's time, or all of it.
     assert 0.0 <= overhead["calibration_beyond_exposed"] <= overhead["calibration"]
     assert all(
-        key.startswith(("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_", "WORLD", "LOCAL", "MASTER", "SLURM"))
+        key.startswith(("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_", "OMP_", "GOMP_", "WORLD", "LOCAL", "MASTER"))
         for key in summary["env"]
     )
     assert summary["env"]["NCCL_NVLS_ENABLE"] == "0"

@@ -320,7 +320,7 @@ LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1
 def test_ctrl_c_keeps_the_measurements_and_leaves_no_rank(tmp_path, where):
     """Also with the steps resolved on the harness's own thread (the GPU's default), which the interrupted main
     thread may be waiting for."""
-    proc, logdir = start_train(tmp_path, LAUNCHERS["standalone"], where, MY_API_TOKEN=SECRET)
+    proc, logdir = start_train(tmp_path, LAUNCHERS["standalone"], where, MY_API_TOKEN=SECRET, OMP_WAIT_POLICY="PASSIVE")
     pids = wait_for_steps(proc, tmp_path, logdir)
     # Without a launcher nothing listens beyond loopback: the ranks meet through a file, gloo binds to lo.
     for pid in pids:
@@ -342,9 +342,11 @@ def test_ctrl_c_keeps_the_measurements_and_leaves_no_rank(tmp_path, where):
     run_dir = next(logdir.glob("*/*"))
     for path in run_dir.iterdir():
         assert SECRET.encode() not in path.read_bytes(), path
-    allowed = ("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_")
-    assert all(key.startswith(allowed) for key in summary["env"]), summary["env"]
+    allowed = ("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_", "OMP_", "GOMP_", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+    assert all(key.startswith((*allowed, "MASTER_")) for key in summary["env"]), summary["env"]
     assert summary["env"]["MASTER_ADDR"] == "127.0.0.1"
+    # OpenMP's wait policy changes a CPU run's compress hooks 2.5x; the advisor reads it from here.
+    assert summary["env"]["OMP_WAIT_POLICY"] == "PASSIVE"
 
 
 # ---- memory over a long run -----------------------------------------------------------------------------------

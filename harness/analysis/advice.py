@@ -207,19 +207,26 @@ def advise(
 
 def compressed_rows_note(summary: dict[str, Any], hooks: list[str]) -> str | None:
     """A warning where the compress hooks' rows are known to come out too fast: a CPU gloo run whose ranks had more
-    than one intra-op thread each (or did not say: an older train.py), whatever hook it ran. None where no such row
-    is predicted, or the ranks had one thread each (the 2-core machine's grids, where fp16 predicted well)."""
+    than one intra-op thread each (or did not say: an older train.py), whatever hook it ran, unless OpenMP's idle
+    threads were told to sleep (OMP_WAIT_POLICY=PASSIVE in the run's recorded env). The hooks copy each bucket
+    back on one of gloo's worker threads; under libgomp each such thread gets an OpenMP team of its own, whose
+    threads spin between copies against backward's: the model, which charges the codec as probed alone, misses
+    that. None where no such row is predicted, the ranks had one thread each (no team to spin: the 2-core
+    machine's grids, where fp16 predicted well), or the policy was PASSIVE."""
     compressed = [hook for hook in hooks if hook in COMPRESS_HOOKS]
     ranks = summary.get("ranks") or []
     on_cpu = summary.get("backend") == "gloo" and all(r.get("device", "cpu") == "cpu" for r in ranks)
     threads = [r["intra_op_threads"] for r in ranks if isinstance(r.get("intra_op_threads"), int)]
-    if not compressed or not on_cpu or (threads and max(threads) <= 1):
+    policy = (summary.get("env") or {}).get("OMP_WAIT_POLICY")
+    if not compressed or not on_cpu or (threads and max(threads) <= 1) or (policy or "").upper() == "PASSIVE":
         return None
     each = f"{max(threads)} intra-op threads a rank" if threads else "an unrecorded number of intra-op threads a rank"
     return (
-        f"{', '.join(compressed)} rows are likely too fast here ({each}): at 4 ranks of 4 threads, validation "
-        "predicted fp16 steps 4-54 % short of the measured ones, from allreduce and fp16 runs alike, for a cause "
-        "not yet found (docs/BENCHMARKS.md, 2026-12-06): --verify before choosing one"
+        f"{', '.join(compressed)} rows are likely too fast here ({each}, OMP_WAIT_POLICY {policy or 'unset'}): "
+        "the hooks copy each bucket back on gloo's threads, whose OpenMP teams spin against backward's. At 4 ranks "
+        "of 4 threads, fp16 at a 1 MiB cap took 845 ms a step, and 327-402 ms with OMP_WAIT_POLICY=PASSIVE; the "
+        "model predicted it 52 % short, and within 21 % with PASSIVE (docs/BENCHMARKS.md, 2026-12-06). Run this "
+        "base and the training with OMP_WAIT_POLICY=PASSIVE, or --verify before choosing one"
     )
 
 

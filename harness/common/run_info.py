@@ -15,7 +15,10 @@ from typing import Any
 
 # torch is imported where it is used: predict and compare write JSON through json_safe without loading it.
 
-RECORDED_ENV_PREFIXES = ("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_")
+# OMP_ and GOMP_ too: OpenMP's settings change a CPU run's communication cost. With OMP_WAIT_POLICY unset, the fp16
+# hook on 4 gloo ranks of 4 threads took 845 ms a step at a 1 MiB cap, and 327-402 ms with it PASSIVE
+# (docs/BENCHMARKS.md, 2026-12-06), which the advisor reads from here (advice.compressed_rows_note).
+RECORDED_ENV_PREFIXES = ("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_", "OMP_", "GOMP_")
 # The launcher's own variables say how the world was built (ranks, nodes, rendezvous).
 RECORDED_LAUNCHER_VARS = (
     "WORLD_SIZE",
@@ -30,7 +33,7 @@ RECORDED_LAUNCHER_VARS = (
 
 
 def recorded_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The NCCL, TORCH, CUDA, NVSHMEM and GLOO variables and the launcher's world variables, sorted."""
+    """The NCCL, TORCH, CUDA, NVSHMEM, GLOO, OMP and GOMP variables and the launcher's world variables, sorted."""
     environ = os.environ if environ is None else environ
     return {
         key: environ[key]
