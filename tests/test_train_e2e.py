@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -184,6 +185,10 @@ def test_fp16_hook_halves_bytes_with_accumulation(tmp_path):
     assert [e.value for e in acc.Scalars(tags.BYTES)] == [2 * params] * 3
     # The cast to fp16 and the copy back are the hook's own compute, timed apart from the collective.
     assert all(e.value > 0 for e in acc.Scalars(tags.CODEC_MS))
+    # The OpenMP note: only where a rank has several threads (more cores than ranks) and their teams may spin.
+    threads = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())["ranks"][0]["intra_op_threads"]
+    noted = "note: the fp16 hook on CPU ranks of" in proc.stdout
+    assert noted == (threads > 1 and os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE"), proc.stdout
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from harness.analysis.backward_timeline import COMPRESS_HOOKS, read_codec_costs, read_timeline
+from harness.analysis.backward_timeline import read_codec_costs, read_timeline
 from harness.analysis.prediction import Network
 from harness.analysis.step_model import (
     ADVISOR_CAPS_MB,
@@ -33,8 +33,9 @@ from harness.analysis.step_model import (
 )
 from harness.common.cli import UsageError
 from harness.common.metrics import fit_alpha_beta, percentile
-from harness.common.names import GLOO_DEFAULT_THREADS
+from harness.common.names import COMPRESS_HOOKS, GLOO_DEFAULT_THREADS
 from harness.common.numbers import is_finite
+from harness.common.openmp_spin import MEASURED, REMEDY, policy_text, teams_spin
 
 ADVISOR_HOOKS = ("allreduce", "fp16", "bf16")
 # Two settings predicted within this fraction of each other are a tie, not a different answer.
@@ -206,27 +207,24 @@ def advise(
 
 
 def compressed_rows_note(summary: dict[str, Any], hooks: list[str]) -> str | None:
-    """A warning where the compress hooks' rows are known to come out too fast: a CPU gloo run whose ranks had more
-    than one intra-op thread each (or did not say: an older train.py), whatever hook it ran, unless OpenMP's idle
-    threads were told to sleep (OMP_WAIT_POLICY=PASSIVE in the run's recorded env). The hooks copy each bucket
-    back on one of gloo's worker threads; under libgomp each such thread gets an OpenMP team of its own, whose
-    threads spin between copies against backward's: the model, which charges the codec as probed alone, misses
-    that. None where no such row is predicted, the ranks had one thread each (no team to spin: the 2-core
-    machine's grids, where fp16 predicted well), or the policy was PASSIVE."""
+    """A warning where the compress hooks' rows are known to come out too fast: a CPU gloo run whose ranks' OpenMP
+    teams spun (openmp_spin.teams_spin: several intra-op threads a rank, or an unrecorded number, and
+    OMP_WAIT_POLICY not PASSIVE in the run's recorded env), whatever hook it ran. The model charges the codec as
+    probed alone, and does not model the spin. None where no such row is predicted, or where no team spun (the
+    2-core machine's grids of one thread a rank, where fp16 predicted well)."""
     compressed = [hook for hook in hooks if hook in COMPRESS_HOOKS]
     ranks = summary.get("ranks") or []
     on_cpu = summary.get("backend") == "gloo" and all(r.get("device", "cpu") == "cpu" for r in ranks)
     threads = [r["intra_op_threads"] for r in ranks if isinstance(r.get("intra_op_threads"), int)]
-    policy = (summary.get("env") or {}).get("OMP_WAIT_POLICY")
-    if not compressed or not on_cpu or (threads and max(threads) <= 1) or (policy or "").upper() == "PASSIVE":
+    env = summary.get("env") or {}
+    if not compressed or not on_cpu or not teams_spin(max(threads) if threads else None, env):
         return None
     each = f"{max(threads)} intra-op threads a rank" if threads else "an unrecorded number of intra-op threads a rank"
     return (
-        f"{', '.join(compressed)} rows are likely too fast here ({each}, OMP_WAIT_POLICY {policy or 'unset'}): "
-        "the hooks copy each bucket back on gloo's threads, whose OpenMP teams spin against backward's. At 4 ranks "
-        "of 4 threads, fp16 at a 1 MiB cap took 845 ms a step, and 327-402 ms with OMP_WAIT_POLICY=PASSIVE; the "
-        "model predicted it 52 % short, and within 21 % with PASSIVE (docs/BENCHMARKS.md, 2026-12-06). Run this "
-        "base and the training with OMP_WAIT_POLICY=PASSIVE, or --verify before choosing one"
+        f"{', '.join(compressed)} rows are likely too fast here ({each}, {policy_text(env)}): the hooks copy each "
+        f"bucket back on gloo's threads, whose OpenMP teams spin against backward's; {MEASURED}. The model "
+        f"predicted that 52 % short, and within 21 % with {REMEDY}. Run this base and the training with {REMEDY}, or "
+        "--verify before choosing one"
     )
 
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.analysis.checked import BadFile, Fields
-
-COMPRESS_HOOKS = ("fp16", "bf16")
+from harness.common.names import COMPRESS_HOOKS
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ WARMUP_STEPS = 2
 
 # -- the communication hooks train.py offers (harness.train.hook implements them) -------------------------
 HOOK_NAMES = ("allreduce", "fp16", "bf16", "powersgd", "noop")
+COMPRESS_HOOKS = ("fp16", "bf16")  # cast each bucket, send it, copy it back in the collective's callback
 
 # -- units --------------------------------------------------------------------------------------------------
 MB = 1e6  # tables give sizes in decimal MB, matching the decimal GB/s of the bandwidths

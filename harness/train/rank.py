@@ -36,7 +36,8 @@ import torch.distributed as dist
 from harness.common import dist_env
 from harness.common.failures import Interrupted, SignalLatch, quiet_writer_threads, report_failure, say, signal_name
 from harness.common.local_launch import exit_with, join_process_group
-from harness.common.names import EXIT_FAILED
+from harness.common.names import COMPRESS_HOOKS, EXIT_FAILED
+from harness.common.openmp_spin import MEASURED, REMEDY, policy_text, teams_spin
 from harness.train.callback import CommTimingCallback
 from harness.train.config import RUN_VERSION_ENV, TrainConfig, run_version
 from harness.train.failure_naming import stop_reason
@@ -82,15 +83,16 @@ class RankRoll(pl.Callback):
     SLURM rank 0 claimed the run's directory (harness.train.config.claim_run_version), and the others, which
     write nothing there, only guessed it from their own clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, comm_hook: str = "") -> None:
         self.timing: CommTimingCallback | None = None
+        self.comm_hook = comm_hook
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         env = dist_env.detect()
         mine = {"rank": trainer.global_rank, "node_rank": env.node_rank, "host": socket.gethostname()}
         mine |= {"pid": os.getpid(), "device": str(pl_module.device), "version": run_version()}
-        # CPU ops' threads in this process: with more than one a rank on CPU gloo, the advisor's fp16 rows came out
-        # too fast in validation, and it says so (harness.analysis.advice.compressed_rows_note).
+        # CPU ops' threads in this process: with more than one a rank on CPU gloo, OpenMP's teams may spin beside
+        # backward (openmp_spin), and the advisor's fp16 rows came out too fast (advice.compressed_rows_note).
         mine["intra_op_threads"] = torch.get_num_threads()
         everyone: list = [None] * trainer.world_size
         dist.all_gather_object(everyone, mine)
@@ -102,6 +104,24 @@ class RankRoll(pl.Callback):
         if trainer.is_global_zero:
             ranks = ", ".join(f"{r['rank']} pid {r['pid']} on {r['host']} {r['device']}" for r in everyone)
             print(f"# {PROG}: {trainer.world_size} ranks ({dist.get_backend()}): {ranks}", flush=True)
+            if (note := self._openmp_note(everyone)) is not None:
+                print(f"# {PROG}: note: {note}", flush=True)
+
+    def _openmp_note(self, everyone: list[dict]) -> str | None:
+        """Where a compress hook runs on CPU gloo ranks whose OpenMP teams spin (openmp_spin), what that costs
+        and how to avoid it; None elsewhere."""
+        if self.comm_hook not in COMPRESS_HOOKS or dist.get_backend() != "gloo":
+            return None
+        if any(not entry["device"].startswith("cpu") for entry in everyone):
+            return None
+        threads = max(entry["intra_op_threads"] for entry in everyone)
+        if not teams_spin(threads, os.environ):
+            return None
+        return (
+            f"the {self.comm_hook} hook on CPU ranks of {threads} threads, {policy_text(os.environ)}: it copies each "
+            f"bucket back on gloo's threads, whose OpenMP teams spin against backward's; {MEASURED}. Set {REMEDY} "
+            "to avoid it"
+        )
 
 
 def _init_process_group(cfg: TrainConfig) -> None:
@@ -125,7 +145,7 @@ def run_rank(cfg: TrainConfig, extra_callbacks: list[pl.Callback] | None = None)
         prepare_process_env(cfg)
         _init_process_group(cfg)
         phase = "set-up (the model, the training loop)"
-        roll = RankRoll()
+        roll = RankRoll(cfg.comm_hook)
         trainer, module, timing = build_trainer(cfg, extra_callbacks=[signals, roll, *(extra_callbacks or [])])
         signals.timing = roll.timing = timing
         phase = "the data loader"
