@@ -1,10 +1,11 @@
-"""Why the fp16 hook's codec costs 10 ms a bucket on CPU gloo ranks of several threads, against 0.1 ms when probed.
+"""Why the fp16 hook's codec costs ~10 ms a bucket on CPU gloo ranks of several threads, against 0.1 ms when probed.
 
-On 4 gloo ranks of 4 intra-op threads (16 cores), resnet50's fp16 runs paid 7-12 ms of codec a bucket whatever its
-size, and the advisor, which charges the codec probe's 0.05-0.5 ms, predicted them 19-54 % short (docs/BENCHMARKS.md,
-2026-12-06). The hook's copy back runs in the collective's callback, on one of gloo's worker threads, not on the
-thread that runs backward. This bench times that codec (hook.compress, then the copy back into the fp32 bucket) on
-each of N rank processes at once, each with T intra-op threads as train.py gives them, in four phases:
+On 4 gloo ranks of 4 intra-op threads (16 cores), resnet50's fp16 runs paid 3.8-15.5 ms of codec a bucket at a 1 MiB
+cap and at DDP's default, and the advisor, which charges the codec probe's 0.05-0.5 ms, predicted those steps 19-54 %
+short (docs/BENCHMARKS.md, 2026-12-06). The hook's copy back runs in the collective's callback, on one of gloo's
+worker threads, not on the thread that runs backward. This bench times that codec (hook.compress, then the copy
+back into the fp32 bucket) on each of N rank processes at once, each with T intra-op threads as train.py gives
+them, in four phases:
   - main: on the process's main thread, nothing else running (what codec_probe.py measures);
   - side: on a long-lived second thread (as gloo's worker is), nothing else running;
   - side+backward: on that thread while the main thread runs the model's forward and backward in a loop;
@@ -20,6 +21,7 @@ Run it also with OMP_WAIT_POLICY=PASSIVE (OpenMP's idle threads sleep instead of
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing as mp
 import os
 import queue
@@ -30,6 +32,7 @@ from typing import Any
 
 SIZES = (2**18, 2**20, 2**22)  # 1, 4 and 16 MiB of fp32 gradients: resnet50's buckets at caps 1 to 25 MiB
 GAP_S = 0.002  # between codec calls, as between buckets
+WORLD_SIZE = 4  # the hook's pre-division, as on 4 ranks
 
 
 def _codec_ms(buffers: dict[int, Any], reps: int) -> dict[int, float]:
@@ -43,9 +46,10 @@ def _codec_ms(buffers: dict[int, Any], reps: int) -> dict[int, float]:
         times = []
         for rep in range(reps + 1):
             start = time.perf_counter()
-            buffer.copy_(compress(buffer, torch.float16, 4))
+            buffer.copy_(compress(buffer, torch.float16, WORLD_SIZE))
             if rep:
                 times.append((time.perf_counter() - start) * 1e3)
+            buffer.mul_(WORLD_SIZE)  # untimed: undo the pre-division, so the values keep a gradient's scale
             time.sleep(GAP_S)
         medians[numel] = statistics.median(times)
     return medians
@@ -122,7 +126,8 @@ def _rank(rank: int, args: argparse.Namespace, barrier: Any, results: Any) -> No
         model(batch).sum().backward()
         steps.append((time.perf_counter() - start) * 1e3)
     out["side+backward"] = box[0]
-    out["backward_ms_beside_codec"] = statistics.median(steps[1:]) if len(steps) > 1 else float("nan")
+    out["backward_steps_beside_codec"] = len(steps)  # the first spans the codec's start: kept out of the median
+    out["backward_ms_beside_codec"] = statistics.median(steps[1:]) if len(steps) > 1 else math.nan
     out["threads_after_side+backward"] = _thread_count()
     barrier.wait()
     stop = threading.Event()
@@ -131,7 +136,7 @@ def _rank(rank: int, args: argparse.Namespace, barrier: Any, results: Any) -> No
     out["main+backward"] = _codec_ms(buffers, args.reps)
     stop.set()
     side.done.wait()
-    out["backward_ms_on_side_beside_codec"] = statistics.median(loader[0][1:]) if len(loader[0]) > 1 else None
+    out["backward_ms_on_side_beside_codec"] = statistics.median(loader[0][1:])  # backward_steps keeps 3 or more
     results.put(out)
 
 
@@ -167,6 +172,7 @@ def main() -> None:
             print(f"{phase:>14} {numel:>8} elements: " + " ".join(f"{v:7.3f}" for v in values))
     for key in ("backward_ms_alone", "backward_ms_beside_codec", "backward_ms_on_side_beside_codec"):
         print(f"{key}: " + " ".join(f"{o[key]:.1f}" for o in outs))
+    print("backward_steps_beside_codec: " + " ".join(str(o["backward_steps_beside_codec"]) for o in outs))
     for key in ("threads_at_start", "threads_after_main", "threads_after_side", "threads_after_side+backward"):
         print(f"{key}: " + " ".join(str(o[key]) for o in outs))
 

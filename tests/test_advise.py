@@ -310,24 +310,29 @@ def test_the_busy_time_fits_alpha_is_held_to_a_whole_clean_collective_and_the_ho
 
 
 @pytest.mark.parametrize(
-    ("threads", "policy", "hooks", "warned"),
+    ("threads", "recorded", "policy", "hooks", "warned"),
     [
-        (None, None, ["allreduce", "fp16"], "an unrecorded number of intra-op threads a rank"),  # an older train.py
-        (4, None, ["allreduce", "fp16", "bf16"], "4 intra-op threads a rank, OMP_WAIT_POLICY unset"),
-        (4, "ACTIVE", ["allreduce", "fp16"], "4 intra-op threads a rank, OMP_WAIT_POLICY ACTIVE"),
-        (4, "passive", ["allreduce", "fp16"], None),  # OpenMP's idle threads sleep: the grid's fp16 within 21 %
-        (1, None, ["allreduce", "fp16"], None),  # the 2-core machine's grids, where fp16 predicted well
-        (4, None, ["allreduce"], None),  # no compressed row
+        # An older train.py: neither the threads nor OpenMP's variables recorded.
+        (None, False, None, ["allreduce", "fp16"], "intra-op threads a rank, OMP_WAIT_POLICY not recorded"),
+        (4, True, None, ["allreduce", "fp16", "bf16"], "(4 intra-op threads a rank, OMP_WAIT_POLICY unset)"),
+        (4, True, "ACTIVE", ["allreduce", "fp16"], "(4 intra-op threads a rank, OMP_WAIT_POLICY ACTIVE)"),
+        (4, True, "passive", ["allreduce", "fp16"], None),  # OpenMP's idle threads sleep: the grid's fp16 within 21 %
+        (1, True, None, ["allreduce", "fp16"], None),  # the 2-core machine's grids, where fp16 predicted well
+        (4, True, None, ["allreduce"], None),  # no compressed row
     ],
 )
-def test_compressed_rows_from_a_cpu_run_of_several_threads_a_rank_carry_a_warning(threads, policy, hooks, warned):
+def test_compressed_rows_from_a_cpu_run_of_several_threads_a_rank_carry_a_warning(
+    threads, recorded, policy, hooks, warned
+):
     """Predicted from the 4-rank base run above, fp16 at 1 MiB was 52-54 % short of its measured step, and from
     that grid's fp16 runs 40-53 %. Rows with that gap are flagged wherever a rank had more than one thread and
-    OpenMP's idle threads spun (OMP_WAIT_POLICY not PASSIVE in the run's recorded env)."""
+    OpenMP's idle threads could spin (OMP_WAIT_POLICY not PASSIVE in the run's recorded env, or not recorded)."""
     summary = json.loads((ROOT / GRID_4X4).read_text())
-    assert "OMP_WAIT_POLICY" not in summary["env"]  # the run as measured: the policy unset
+    assert "OMP_WAIT_POLICY" not in summary["env"] and "env_prefixes" not in summary  # as measured: an older train.py
     if threads is not None:
         summary["ranks"] = [{**rank, "intra_op_threads": threads} for rank in summary["ranks"]]
+    if recorded:
+        summary["env_prefixes"] = ["NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_", "OMP_", "GOMP_"]
     if policy is not None:
         summary["env"]["OMP_WAIT_POLICY"] = policy
     note = compressed_rows_note(summary, hooks)

@@ -35,7 +35,7 @@ from harness.common.cli import UsageError
 from harness.common.metrics import fit_alpha_beta, percentile
 from harness.common.names import COMPRESS_HOOKS, GLOO_DEFAULT_THREADS
 from harness.common.numbers import is_finite
-from harness.common.openmp_spin import MEASURED, REMEDY, policy_text, teams_spin
+from harness.common.openmp_spin import CAUSE, MEASURED, REMEDY, REMEDY_CAVEAT, conditions_text, spun_hooks
 
 ADVISOR_HOOKS = ("allreduce", "fp16", "bf16")
 # Two settings predicted within this fraction of each other are a tie, not a different answer.
@@ -208,23 +208,22 @@ def advise(
 
 def compressed_rows_note(summary: dict[str, Any], hooks: list[str]) -> str | None:
     """A warning where the compress hooks' rows are known to come out too fast: a CPU gloo run whose ranks' OpenMP
-    teams spun (openmp_spin.teams_spin: several intra-op threads a rank, or an unrecorded number, and
-    OMP_WAIT_POLICY not PASSIVE in the run's recorded env), whatever hook it ran. The model charges the codec as
-    probed alone, and does not model the spin. None where no such row is predicted, or where no team spun (the
-    2-core machine's grids of one thread a rank, where fp16 predicted well)."""
-    compressed = [hook for hook in hooks if hook in COMPRESS_HOOKS]
+    teams could spin (openmp_spin: several intra-op threads a rank, or an unrecorded number, and OMP_WAIT_POLICY not
+    PASSIVE, or not recorded), whatever hook it ran. The model charges the codec as probed alone, and does not
+    model the spin. None where no such row is predicted, or no team spun (the 2-core machine's grids of one thread
+    a rank, where fp16 predicted well)."""
     ranks = summary.get("ranks") or []
-    on_cpu = summary.get("backend") == "gloo" and all(r.get("device", "cpu") == "cpu" for r in ranks)
     threads = [r["intra_op_threads"] for r in ranks if isinstance(r.get("intra_op_threads"), int)]
+    most = max(threads) if threads else None
     env = summary.get("env") or {}
-    if not compressed or not on_cpu or not teams_spin(max(threads) if threads else None, env):
+    devices = [str(r.get("device", "cpu")) for r in ranks]
+    spun = spun_hooks(hooks, str(summary.get("backend")), devices, most, env)
+    if not spun:
         return None
-    each = f"{max(threads)} intra-op threads a rank" if threads else "an unrecorded number of intra-op threads a rank"
     return (
-        f"{', '.join(compressed)} rows are likely too fast here ({each}, {policy_text(env)}): the hooks copy each "
-        f"bucket back on gloo's threads, whose OpenMP teams spin against backward's; {MEASURED}. The model "
-        f"predicted that 52 % short, and within 21 % with {REMEDY}. Run this base and the training with {REMEDY}, or "
-        "--verify before choosing one"
+        f"{', '.join(spun)} rows are likely too fast here ({conditions_text(most, env, summary.get('env_prefixes'))}):"
+        f" {CAUSE}; {MEASURED}. The model predicted that step 52-54 % short, and within 21 % with {REMEDY}. "
+        f"{REMEDY_CAVEAT}; or --verify before choosing one"
     )
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 # torch is imported where it is used: predict and compare write JSON through json_safe without loading it.
 
-# OMP_ and GOMP_ too: OpenMP's settings change a CPU run's communication cost. With OMP_WAIT_POLICY unset, the fp16
-# hook on 4 gloo ranks of 4 threads took 845 ms a step at a 1 MiB cap, and 327-402 ms with it PASSIVE
-# (docs/BENCHMARKS.md, 2026-12-06), which the advisor reads from here (advice.compressed_rows_note).
+# OMP_ and GOMP_ too (from 2026-12-06): OpenMP's settings change a CPU run's communication cost. With OMP_WAIT_POLICY
+# unset, the fp16 hook on 4 gloo ranks of 4 threads took 845 ms a step at a 1 MiB cap, and 327-402 ms with it PASSIVE
+# (docs/BENCHMARKS.md, 2026-12-06); the advisor reads it from here (harness.common.openmp_spin).
 RECORDED_ENV_PREFIXES = ("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_", "OMP_", "GOMP_")
 # The launcher's own variables say how the world was built (ranks, nodes, rendezvous).
 RECORDED_LAUNCHER_VARS = (
@@ -93,6 +93,8 @@ def run_info() -> dict[str, Any]:
         "versions": versions(),
         "gpus": device_names(),
         "env": recorded_env(),
+        # Which variables "env" could hold: a variable absent from it was unset only if its prefix is here.
+        "env_prefixes": list(RECORDED_ENV_PREFIXES),
     }
 
 

@@ -36,8 +36,9 @@ import torch.distributed as dist
 from harness.common import dist_env
 from harness.common.failures import Interrupted, SignalLatch, quiet_writer_threads, report_failure, say, signal_name
 from harness.common.local_launch import exit_with, join_process_group
-from harness.common.names import COMPRESS_HOOKS, EXIT_FAILED
-from harness.common.openmp_spin import MEASURED, REMEDY, policy_text, teams_spin
+from harness.common.names import EXIT_FAILED
+from harness.common.openmp_spin import CAUSE, MEASURED, REMEDY_CAVEAT, conditions_text, spun_hooks
+from harness.common.run_info import RECORDED_ENV_PREFIXES
 from harness.train.callback import CommTimingCallback
 from harness.train.config import RUN_VERSION_ENV, TrainConfig, run_version
 from harness.train.failure_naming import stop_reason
@@ -108,20 +109,14 @@ class RankRoll(pl.Callback):
                 print(f"# {PROG}: note: {note}", flush=True)
 
     def _openmp_note(self, everyone: list[dict]) -> str | None:
-        """Where a compress hook runs on CPU gloo ranks whose OpenMP teams spin (openmp_spin), what that costs
-        and how to avoid it; None elsewhere."""
-        if self.comm_hook not in COMPRESS_HOOKS or dist.get_backend() != "gloo":
-            return None
-        if any(not entry["device"].startswith("cpu") for entry in everyone):
-            return None
+        """Where a compress hook runs on CPU gloo ranks whose OpenMP teams can spin (openmp_spin), what that costs
+        and what to try; None elsewhere."""
         threads = max(entry["intra_op_threads"] for entry in everyone)
-        if not teams_spin(threads, os.environ):
+        devices = [entry["device"] for entry in everyone]
+        if not spun_hooks([self.comm_hook], dist.get_backend(), devices, threads, os.environ):
             return None
-        return (
-            f"the {self.comm_hook} hook on CPU ranks of {threads} threads, {policy_text(os.environ)}: it copies each "
-            f"bucket back on gloo's threads, whose OpenMP teams spin against backward's; {MEASURED}. Set {REMEDY} "
-            "to avoid it"
-        )
+        conditions = conditions_text(threads, os.environ, RECORDED_ENV_PREFIXES)
+        return f"the {self.comm_hook} hook on CPU ranks here ({conditions}): {CAUSE}; {MEASURED}. {REMEDY_CAVEAT}"
 
 
 def _init_process_group(cfg: TrainConfig) -> None:
