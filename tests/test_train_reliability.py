@@ -345,7 +345,7 @@ def test_ctrl_c_keeps_the_measurements_and_leaves_no_rank(tmp_path, where):
     allowed = ("NCCL_", "TORCH_", "CUDA_", "NVSHMEM_", "GLOO_", "OMP_", "GOMP_", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
     assert all(key.startswith((*allowed, "MASTER_")) for key in summary["env"]), summary["env"]
     assert summary["env"]["MASTER_ADDR"] == "127.0.0.1"
-    # OpenMP's wait policy changes a CPU run's compress hooks 2.5x; the advisor reads it from here.
+    # OpenMP's wait policy moved a CPU run's fp16 hook up to 2.6x; the advisor reads it from here.
     assert summary["env"]["OMP_WAIT_POLICY"] == "PASSIVE"
 
 
