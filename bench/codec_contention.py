@@ -21,6 +21,7 @@ Run it also with OMP_WAIT_POLICY=PASSIVE (OpenMP's idle threads sleep instead of
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import math
 import multiprocessing as mp
 import os
@@ -77,35 +78,10 @@ def _rank(rank: int, args: argparse.Namespace, barrier: Any, results: Any) -> No
             steps.append((time.perf_counter() - start) * 1e3)
         return steps
 
-    class Side(threading.Thread):
-        """One long-lived thread that runs jobs, as gloo's worker threads do."""
-
-        def __init__(self) -> None:
-            super().__init__(daemon=True)
-            self.jobs: list[Any] = []
-            self.wake, self.done = threading.Event(), threading.Event()
-
-        def run(self) -> None:
-            while True:
-                self.wake.wait()
-                self.wake.clear()
-                job = self.jobs.pop()
-                if job is None:
-                    return
-                job[1].append(job[0]())
-                self.done.set()
-
-        def call(self, fn: Any, wait: bool = True) -> list[Any]:
-            box: list[Any] = []
-            self.done.clear()
-            self.jobs.append((fn, box))
-            self.wake.set()
-            if wait:
-                self.done.wait()
-            return box
-
-    side = Side()
-    side.start()
+    # One long-lived second thread that runs jobs, as gloo's worker threads do; started now, so that every count
+    # after this one holds it.
+    side = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    side.submit(lambda: None).result()
     stop = threading.Event()
     timer = threading.Timer(args.load_s, stop.set)
     barrier.wait()
@@ -116,27 +92,27 @@ def _rank(rank: int, args: argparse.Namespace, barrier: Any, results: Any) -> No
     out["main"] = _codec_ms(buffers, args.reps)
     out["threads_after_main"] = _thread_count()
     barrier.wait()
-    out["side"] = side.call(lambda: _codec_ms(buffers, args.reps))[0]
+    out["side"] = side.submit(_codec_ms, buffers, args.reps).result()
     out["threads_after_side"] = _thread_count()
     barrier.wait()
-    box = side.call(lambda: _codec_ms(buffers, args.reps), wait=False)
+    codec = side.submit(_codec_ms, buffers, args.reps)
     steps = []
-    while not side.done.is_set():
+    while not codec.done():
         start = time.perf_counter()
         model(batch).sum().backward()
         steps.append((time.perf_counter() - start) * 1e3)
-    out["side+backward"] = box[0]
+    out["side+backward"] = codec.result()
     out["backward_steps_beside_codec"] = len(steps)  # the first spans the codec's start: kept out of the median
     out["backward_ms_beside_codec"] = statistics.median(steps[1:]) if len(steps) > 1 else math.nan
     out["threads_after_side+backward"] = _thread_count()
     barrier.wait()
     stop = threading.Event()
-    loader = side.call(lambda: backward_steps(stop), wait=False)
+    loader = side.submit(backward_steps, stop)
     time.sleep(1.0)
     out["main+backward"] = _codec_ms(buffers, args.reps)
     stop.set()
-    side.done.wait()
-    out["backward_ms_on_side_beside_codec"] = statistics.median(loader[0][1:])  # backward_steps keeps 3 or more
+    out["backward_ms_on_side_beside_codec"] = statistics.median(loader.result()[1:])  # backward_steps keeps 3+
+    side.shutdown()
     results.put(out)
 
 
