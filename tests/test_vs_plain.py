@@ -68,10 +68,19 @@ def test_leftover_runs_counts_python_running_train_py_and_not_a_shell_that_names
     text names train.py (as a device call's wrapper loop did, 3 in every run) is not."""
     from bench.vs_plain import leftover_runs
 
-    # Each in a session of its own, so that killing its group ends the shell's sleep too.
-    shell = subprocess.Popen(["bash", "-c", "sleep 30; echo train.py"], start_new_session=True)
-    python = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "train.py"], start_new_session=True)
+    # Each in a session of its own, so that killing its group ends the shell's sleep too. Each says "ready" once it
+    # runs: Popen returns inside the child's execve, before the kernel has set the new argv, and a /proc read in that
+    # window finds an empty cmdline (CI found neither process once, 2026-12-06).
+    shell = subprocess.Popen(
+        ["bash", "-c", "echo ready; sleep 30; echo train.py"], start_new_session=True, stdout=subprocess.PIPE
+    )
+    python = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)", "train.py"],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+    )
     try:
+        assert [proc.stdout.readline() for proc in (shell, python)] == [b"ready\n"] * 2
         found = leftover_runs()
         assert python.pid in found
         assert shell.pid not in found
