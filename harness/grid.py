@@ -42,7 +42,6 @@ from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError,
 from harness.common.dist_env import NVLS_OFF_ENV
 from harness.common.failures import Interrupted, SignalLatch, say, signal_name
 from harness.common.names import HOOK_NAMES
-from models import get_model_spec
 
 PROG = "python -m harness.grid"
 TRAIN_PY = Path(__file__).resolve().parent.parent / "train.py"
@@ -198,7 +197,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    get_model_spec(args.model)  # an unknown model fails here, not once per configuration
     caps = parse_list("--bucket-cap-mb", args.bucket_cap_mb, float)
     if any(cap <= 0 for cap in caps):
         raise UsageError(f"--bucket-cap-mb {args.bucket_cap_mb!r}: every cap must be positive")
@@ -208,6 +206,11 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(f"--comm-hook {', '.join(unknown)} not known; choose from: {', '.join(HOOK_NAMES)}")
     if args.repeat < 1:
         raise UsageError(f"--repeat {args.repeat}: must be at least 1")
+    # An unknown model fails here, not once per configuration. The registry loads torch (seconds), so it is asked
+    # last and only here: the grid itself runs no model.
+    from models import get_model_spec
+
+    get_model_spec(args.model)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     logdir = Path(args.logdir or f"runs/sweep-{args.model}-{stamp}")
     prepare_logdir(logdir)

@@ -69,6 +69,12 @@ def test_analysis_commands_load_without_torch():
     assert "torch" not in _imported_by("harness.compare", "harness.predict")
 
 
+def test_launchers_check_their_arguments_without_torch():
+    """The programs that only start train.py or another program (the grid, the advisor's validation, the GC-pause
+    profiler) refuse a mistake without loading torch; the grid loads it only to check --model, last."""
+    assert "torch" not in _imported_by("harness.grid", "bench.advisor_validation", "bench.gc_pauses")
+
+
 def test_the_check_sees_a_violation(tmp_path):
     """The probe itself can fail: a module that imports torch is seen to have loaded it."""
     (tmp_path / "probe_mod.py").write_text("import torch.distributed\n")

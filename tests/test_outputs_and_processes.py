@@ -147,7 +147,8 @@ import train
 from harness.common.cli import run_cli
 argv = sys.argv[1:]
 train.parse_config(argv)  # imports and checks done before the start line, so the race is over os.mkdir alone
-start = {start!r}
+print("loaded", flush=True)
+start = float(sys.stdin.readline())  # the shared instant, sent once both have loaded
 time.sleep(max(0.0, start - time.time()))
 raise SystemExit(run_cli(lambda: train.main(argv), "train.py"))
 """
@@ -158,19 +159,27 @@ def test_two_train_runs_started_in_one_second_with_one_name_keep_their_own_summa
     logdir = tmp_path / "runs"
     args = ["--model", "resnet_tiny", "--devices", "1", "--max-steps", "3", "--calibration-steps", "0"]
     args += ["--logdir", str(logdir), "--run-name", "same"]
-    start = float(int(time.time()) + 20) + 0.05  # a shared instant early in a second, after both have loaded
-    script = RACE.format(repo=str(REPO), start=start)
+    script = RACE.format(repo=str(REPO))
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", script, *args],
             cwd=tmp_path,
             env=train_env(),
             text=True,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
         for _ in range(2)
     ]
+    loaded = [proc.stdout.readline() for proc in procs]
+    # On a failure, closing stdin ends the other process too.
+    assert loaded == ["loaded\n"] * 2, [proc.communicate(timeout=300)[1][-2000:] for proc in procs]
+    # A shared instant early in a second, 1 to 2 s after both have loaded.
+    start = float(int(time.time()) + 2) + 0.05
+    for proc in procs:
+        proc.stdin.write(f"{start!r}\n")
+        proc.stdin.flush()
     outs = [proc.communicate(timeout=300) for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0], [err[-2000:] for _, err in outs]
     versions = sorted(p.name for p in (logdir / "same").iterdir())

@@ -9,9 +9,14 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
+if TYPE_CHECKING:
+    import torch.distributed as dist
+
+# torch is imported inside the two functions that ask it something, not here: the launchers that only build an
+# environment for their children (harness.grid, bench.gc_pauses) then check their arguments without the seconds that
+# loading torch takes.
 
 # NVLink multicast (NVLS) stays off: on shared multi-GPU hosts a program using it can take the host's GPUs
 # out of service. These are forced in every process we run and in every environment we build for children.
@@ -33,6 +38,9 @@ def collectives_at_once(group: dist.ProcessGroup | None = None) -> int | None:
     """How many of `group`'s collectives (the default group's if None) can be in flight at once: gloo's worker
     threads, 1 for NCCL; None where the backend does not say (not initialized, another backend, a torch whose
     ProcessGroupGloo has no `options`)."""
+    import torch
+    import torch.distributed as dist
+
     if not dist.is_initialized():
         return None
     group = group or dist.distributed_c10d._get_default_group()
@@ -95,6 +103,8 @@ def detect(environ: dict[str, str] | None = None) -> DistEnv:
 
 def default_backend() -> str:
     """NCCL where each process has a GPU, gloo otherwise."""
+    import torch
+
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
