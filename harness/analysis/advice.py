@@ -210,15 +210,12 @@ def compressed_rows_note(summary: dict[str, Any], hooks: list[str]) -> str | Non
     model the spin. None where no such row is predicted, or no team spun (the 2-core machine's grids of one thread
     a rank, where fp16 predicted well)."""
     ranks = summary.get("ranks") or []
-    threads = [r["intra_op_threads"] for r in ranks if isinstance(r.get("intra_op_threads"), int)]
-    most = max(threads) if threads else None
     env = summary.get("env") or {}
-    devices = [str(r.get("device", "cpu")) for r in ranks]
-    spun = spun_hooks(hooks, str(summary.get("backend")), devices, most, env)
+    spun = spun_hooks(hooks, str(summary.get("backend")), ranks, env)
     if not spun:
         return None
     return (
-        f"{', '.join(spun)} rows are likely too fast here ({conditions_text(most, env, summary.get('env_prefixes'))}):"
+        f"{', '.join(spun)} rows are likely too fast here ({conditions_text(ranks, env, summary.get('env_prefixes'))}):"
         f" {CAUSE}; {MEASURED}. The model predicted that step 52-54 % short, and within 21 % with {REMEDY}. "
         f"{REMEDY_CAVEAT}; or --verify before choosing one"
     )

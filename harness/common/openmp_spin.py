@@ -13,7 +13,8 @@ thread starts no team. Only PASSIVE was measured: GOMP_SPINCOUNT, recorded too, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from harness.common.names import COMPRESS_HOOKS
 
@@ -39,22 +40,32 @@ def teams_spin(intra_op_threads: int | None, env: Mapping[str, str]) -> bool:
     return env.get(WAIT_POLICY, "").strip().upper() != "PASSIVE"
 
 
+def most_intra_op_threads(ranks: Iterable[Mapping[str, Any]]) -> int | None:
+    """The most intra-op threads any of `ranks` (summary.json's "ranks", RankRoll's entries) ran with; None where
+    none recorded it (a train.py before 2026-12-06)."""
+    threads = [rank["intra_op_threads"] for rank in ranks if isinstance(rank.get("intra_op_threads"), int)]
+    return max(threads) if threads else None
+
+
 def spun_hooks(
-    hooks: Iterable[str], backend: str, devices: Iterable[str], intra_op_threads: int | None, env: Mapping[str, str]
+    hooks: Iterable[str], backend: str, ranks: Sequence[Mapping[str, Any]], env: Mapping[str, str]
 ) -> list[str]:
     """The compress hooks among `hooks` that pay the spin here: on gloo, every rank on the CPU, teams_spin. Empty:
     no note to give."""
     compressed = [hook for hook in hooks if hook in COMPRESS_HOOKS]
-    on_cpu = backend == "gloo" and all(str(device).startswith("cpu") for device in devices)
-    return compressed if on_cpu and teams_spin(intra_op_threads, env) else []
+    on_cpu = backend == "gloo" and all(str(rank.get("device", "cpu")).startswith("cpu") for rank in ranks)
+    return compressed if on_cpu and teams_spin(most_intra_op_threads(ranks), env) else []
 
 
-def conditions_text(intra_op_threads: int | None, env: Mapping[str, str], env_prefixes: Iterable[str] | None) -> str:
+def conditions_text(
+    ranks: Iterable[Mapping[str, Any]], env: Mapping[str, str], env_prefixes: Iterable[str] | None
+) -> str:
     """'4 intra-op threads a rank, OMP_WAIT_POLICY unset' (or its value; 'not recorded' where the run's env left
     OpenMP's variables out, `env_prefixes` its recorded prefixes, None where it did not say: an older train.py)."""
-    threads = f"{intra_op_threads} intra-op threads a rank" if intra_op_threads is not None else None
+    most = most_intra_op_threads(ranks)
+    threads = "an unrecorded number of" if most is None else str(most)
     if env_prefixes is None or RECORDED_FROM not in env_prefixes:
         policy = f"{WAIT_POLICY} not recorded"
     else:
         policy = f"{WAIT_POLICY} {env.get(WAIT_POLICY) or 'unset'}"
-    return f"{threads or 'an unrecorded number of intra-op threads a rank'}, {policy}"
+    return f"{threads} intra-op threads a rank, {policy}"

@@ -111,11 +111,9 @@ class RankRoll(pl.Callback):
     def _openmp_note(self, everyone: list[dict]) -> str | None:
         """Where a compress hook runs on CPU gloo ranks whose OpenMP teams can spin (openmp_spin), what that costs
         and what to try; None elsewhere."""
-        threads = max(entry["intra_op_threads"] for entry in everyone)
-        devices = [entry["device"] for entry in everyone]
-        if not spun_hooks([self.comm_hook], dist.get_backend(), devices, threads, os.environ):
+        if not spun_hooks([self.comm_hook], dist.get_backend(), everyone, os.environ):
             return None
-        conditions = conditions_text(threads, os.environ, RECORDED_ENV_PREFIXES)
+        conditions = conditions_text(everyone, os.environ, RECORDED_ENV_PREFIXES)
         return f"the {self.comm_hook} hook on CPU ranks here ({conditions}): {CAUSE}; {MEASURED}. {REMEDY_CAVEAT}"
 
 
