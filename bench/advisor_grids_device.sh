@@ -8,13 +8,17 @@
 # Usage: OUT=dir [GRIDS=resnet50|gpt2|"resnet50 gpt2"] [GRID_S=seconds per grid] [RESUME=GRID_runs.tar.gz]
 #        bash bench/advisor_grids_device.sh
 # One grid a call by default: 18 runs of 4 ranks, whose second base run is the 12th, in a call of at most 600 s.
-# Each grid's report.md comes back as report_GRID.md only when the grid finished. A grid cut by GRID_S comes back as
-# GRID_runs.tar.gz (its finished runs' summaries and logs). Where all 18 runs finished and only the predictions were
-# cut, unpack it and predict here: `python -m bench.advisor_validation <the grid's flags> --reuse --out <GRID dir>`.
+# Each grid's report.md comes back as report_GRID.md only when the grid finished; its runs (summaries and logs)
+# come back as GRID_runs.tar.gz whether it finished or was cut by GRID_S. Where all 18 runs finished and only the
+# predictions were cut, unpack it and predict here:
+# `python -m bench.advisor_validation <the grid's flags> --reuse --out <GRID dir>`.
 # On the H100 host (2026-12-06) resnet50's runs took 25-36 s each (the 18 in 540 s, predictions cut) and gpt2's
 # 51-65 s: gpt2's grid needs about 17 minutes, more than one call. So a cut grid can go on in the next call: put
 # its GRID_runs.tar.gz in the repo (docs/validation/ keeps grids' runs) and give RESUME=<its path> (one grid in
 # GRIDS): the runs it holds are kept and only the rest run (bench.advisor_validation --resume).
+# Run it with OMP_WAIT_POLICY=PASSIVE in the environment, as the cells were last measured: with the policy unset,
+# the fp16 hook's OpenMP teams spin on these 4-thread ranks and its rows run up to 2.5x slower than anything the
+# model knows of (docs/BENCHMARKS.md, "fp16's miss at 4 ranks of 4 threads is OpenMP's spin").
 set -u
 OUT=${OUT:-out}
 WORK=${WORK:-/tmp/advisor_grids}
@@ -49,6 +53,8 @@ for GRID in ${GRIDS:-resnet50}; do
     cp "$WORK/$GRID/report.md" "$OUT/report_$GRID.md"
   else  # cut or failed: a report.md written from part of the grid is not the grid's
     cp "$WORK/$GRID.log" "$OUT/${GRID}_cut.log"
-    tar -czf "$OUT/${GRID}_runs.tar.gz" --exclude="*.png" --exclude="events.out.tfevents.*" -C "$WORK" "$GRID"
   fi
+  # The runs come back either way: a finished grid's are what docs/validation keeps beside its report (to
+  # predict them again with a later model), a cut grid's are what RESUME goes on from.
+  tar -czf "$OUT/${GRID}_runs.tar.gz" --exclude="*.png" --exclude="events.out.tfevents.*" -C "$WORK" "$GRID"
 done
