@@ -29,7 +29,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from harness.common.dist_env import apply_safe_nccl_env
-from harness.common.thread_cpu import read_clocks, window_times
+from harness.common.thread_cpu import WAITS_KEY, read_clocks, window_times
 from models import get_model_spec
 
 # --comm-hook: DDP's built-in all_reduce (C++), or torch's own Python allreduce_hook.
@@ -111,6 +111,7 @@ def timed_run(step: Callable[[], None], steps: int, window_start: int, cuda: boo
                     "main_thread_cpu_ms_per_step": times.thread_ms,
                     "process_cpu_ms_per_step": times.process_ms,
                     "thread_cpu_ms_per_step": times.threads_ms,
+                    WAITS_KEY: times.threads_wait_ms,
                 }
         step()
     return result

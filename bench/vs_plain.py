@@ -29,9 +29,10 @@ time (process_s, start-up included), so that a slow run can be set against how b
 The ratio of a pair is plain ms / variant ms (1.0: it costs nothing; 0.97: 3% slower). Printed: each pair as a
 JSON line (also appended to --out as it completes, so an interrupted bench keeps what it measured), then a
 table: per variant the median ratio with its p10–p90 over the pairs, the median ms per step and CPU ms per
-step (main thread, process, and the harness's part of the main thread's), each thread's CPU ms per step (which
-thread a variant's extra host time is on: the main thread, autograd's, the harness's own, NCCL's watchdog), and the
-plain loop's own spread across the pairs (the host's noise).
+step (main thread, process, and the harness's part of the main thread's), the time the run's threads waited for a
+CPU that another task held (the kernel's run_delay, summed over threads: the host's contention), each thread's CPU
+ms per step (which thread a variant's extra host time is on: the main thread, autograd's, the harness's own, NCCL's
+watchdog), and the plain loop's own spread across the pairs (the host's noise).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from typing import Any
 from harness.common import thread_cpu
 from harness.common.metrics import median_ci95, percentile
 from harness.common.names import SUMMARY_FILE
+from harness.common.thread_cpu import WAITS_KEY
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -90,7 +92,17 @@ COLUMNS = {
     "process_cpu_ms_per_step": "proc CPU",
     "harness_cpu_ms_per_step": "harness CPU",
     "step_worker_cpu_ms_per_step": "worker CPU",
+    "cpu_wait_ms_per_step": "CPU wait",  # every thread's wait for a CPU, summed (column_value)
 }
+
+
+def column_value(run: dict[str, Any], key: str) -> float | None:
+    """A run's value for a COLUMNS key; the CPU wait is its threads' waits summed. None where the run has none (the
+    kernel kept no waits, or the run was written before they were kept)."""
+    if key == "cpu_wait_ms_per_step":
+        waits = run.get(WAITS_KEY)
+        return sum(waits.values()) if waits is not None else None
+    return run.get(key)
 
 
 def host_before_run() -> dict[str, float | str | int]:
@@ -160,7 +172,7 @@ def train_ms(args: argparse.Namespace, extra: list[str], logdir: Path, name: str
 def train_window(run_root: Path, stdout: str) -> dict[str, Any]:
     """The window's ms per step of one train.py run: from its summary.json's "overhead_s", or (--harness off,
     no summary) from its end line."""
-    from harness.train.trainer import THREADS_HEAD, WINDOW_LINE
+    from harness.train.trainer import THREADS_HEAD, WAITS_HEAD, WINDOW_LINE
 
     summaries = list(run_root.glob(f"*/{SUMMARY_FILE}"))
     if len(summaries) > 1:
@@ -177,6 +189,7 @@ def train_window(run_root: Path, stdout: str) -> dict[str, Any]:
             "harness_cpu_ms_per_step": overhead["harness_cpu_ms_per_step"],
             "step_worker_cpu_ms_per_step": overhead.get("step_worker_cpu_ms_per_step", 0.0),
             "thread_cpu_ms_per_step": overhead.get("thread_cpu_ms_per_step", {}),
+            WAITS_KEY: overhead.get(WAITS_KEY),
         }
         # The run's own exposed-time estimate, so that a --comm-hook noop variant makes each pair an A/B of it.
         if totals.get("exposed_ms_ci95"):
@@ -187,14 +200,16 @@ def train_window(run_root: Path, stdout: str) -> dict[str, Any]:
     if match is None:
         raise RuntimeError(f"train.py left no summary under {run_root} and printed no window line")
     wall, thread, process = (float(value) for value in match.groups()[2:])
-    threads = next(
-        (line.removeprefix(THREADS_HEAD) for line in stdout.splitlines() if line.startswith(THREADS_HEAD)), ""
+    threads, waits = (
+        next((line.removeprefix(head) for line in stdout.splitlines() if line.startswith(head)), "")
+        for head in (THREADS_HEAD, WAITS_HEAD)
     )
     return {
         "ms_per_step": wall,
         "main_thread_cpu_ms_per_step": thread,
         "process_cpu_ms_per_step": process,
         "thread_cpu_ms_per_step": thread_cpu.parse(threads) if threads else {},
+        WAITS_KEY: thread_cpu.parse(waits) if waits else None,  # no line: none waited, or not kept
     }
 
 
@@ -233,7 +248,7 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
     for name in ["plain", *variants]:
         cells = []
         for key in COLUMNS:
-            values = [row[name][key] for row in rows if key in row[name]]
+            values = [value for row in rows if (value := column_value(row[name], key)) is not None]
             cells.append(f"{percentile(values, 50):>11.2f}" if values else f"{'—':>11}")
         if name == "plain":
             ratio = f"{'1 (spread ' + format(spread, '.1f') + ' %)':>30}"

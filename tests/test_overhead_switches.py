@@ -66,6 +66,12 @@ def test_log_every_writes_every_nth_step_and_the_summary_counts_all(tmp_path):
     assert threads["main"] == pytest.approx(overhead["loop_cpu_ms_per_step"], rel=0.1, abs=0.5), threads
     assert sum(threads.values()) == pytest.approx(overhead["process_cpu_ms_per_step"], rel=0.15, abs=1.0), threads
     assert "# CPU ms per step by thread, same steps: main " in proc.stdout
+    # Each thread's wait for a CPU, the kernel's run_delay: the main thread cannot have run and waited for longer
+    # than the window's wall time (2 ranks on this 2-core machine do wait).
+    if thread_cpu.waits_kept(thread_cpu.thread_cpu_s()):
+        waits = overhead[thread_cpu.WAITS_KEY]
+        assert threads["main"] + waits.get("main", 0.0) <= overhead["wall_ms_per_step"] * 1.05 + 0.5, waits
+        assert "# waited for a CPU while ready to run (another task held it)" in proc.stdout
 
 
 @pytest.mark.slow

@@ -1,10 +1,14 @@
 """Each thread's CPU time from /proc (harness.common.thread_cpu) against the kernel's own per-thread clock, read by
-each thread itself with time.thread_time(): the labels say which thread is which, and the times agree."""
+each thread itself with time.thread_time(): the labels say which thread is which, and the times agree. And each
+thread's wait for a CPU against a known contender: a busy process pinned to the thread's one CPU."""
 
 from __future__ import annotations
 
 import _thread
 import ctypes
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -115,6 +119,40 @@ def test_a_thread_that_ends_takes_nothing_from_another_of_its_name() -> None:
     second.exit.set()
     ms = thread_cpu.per_step_ms(before, after, steps=10)
     assert ms["w"] == pytest.approx(second.cpu_s * 100, rel=0.1, abs=0.5), ms
+
+
+def waited_while_burning(cpu: int, hog: bool) -> tuple[float, float]:
+    """The main thread's CPU ms and its wait for a CPU in ms while it burns 0.3 s of CPU pinned to `cpu`, with a busy
+    process pinned to the same CPU or without one."""
+    contender = None
+    if hog:
+        spin = f"import os; os.sched_setaffinity(0, {{{cpu}}}); print('ready', flush=True)\nwhile True: pass"
+        contender = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
+        assert contender.stdout.readline() == b"ready\n"  # pinned, and spinning from here
+    allowed = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {cpu})  # the calling thread only
+        before = thread_cpu.thread_cpu_s()
+        burn(0.3)
+        after = thread_cpu.thread_cpu_s()
+    finally:
+        os.sched_setaffinity(0, allowed)
+        if contender is not None:
+            contender.kill()
+            contender.wait(30)
+    ran = thread_cpu.per_step_ms(before, after, steps=1)["main"]
+    return ran, thread_cpu.per_step_ms(before, after, steps=1, wait=True).get("main", 0.0)
+
+
+@pytest.mark.skipif(not thread_cpu.waits_kept(thread_cpu.thread_cpu_s()), reason="the kernel keeps no schedstat")
+def test_a_thread_that_shares_its_cpu_with_a_busy_process_waits_about_as_long_as_it_runs() -> None:
+    """The kernel's scheduler shares one CPU between two tasks that both want it: the thread runs about half the
+    time and waits the other half. Alone on its CPU it barely waits."""
+    cpu = max(os.sched_getaffinity(0))
+    ran, waited = waited_while_burning(cpu, hog=True)
+    assert 0.5 * ran <= waited <= 2.0 * ran, (ran, waited)
+    ran_alone, waited_alone = waited_while_burning(cpu, hog=False)
+    assert waited_alone < 0.25 * ran_alone, (ran_alone, waited_alone)
 
 
 def test_the_text_reads_back() -> None:

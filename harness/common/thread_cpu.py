@@ -8,6 +8,11 @@ time.process_time() only the sum, so neither says which thread a step's extra ho
 Linux only: each thread's CPU from /proc/self/task/<tid>/schedstat (nanoseconds run), or from stat's utime + stime
 (clock ticks) where the kernel keeps no schedstat. Elsewhere `thread_cpu_s()` is empty and callers print nothing.
 
+schedstat's second field is the time the thread was ready to run but waited for a CPU (the scheduler's run_delay):
+the host's contention, as the kernel saw it. A host-bound step that slows while its threads' waits stay near 0 was
+not slowed by other tasks taking its cores (a slower clock, a busy sibling hyperthread or the caches can still slow
+it); one whose waits grew was. Without schedstat the wait is unknown (NaN) and left out.
+
 A thread's label is "main" for the main thread; a Python thread's name, without the "Thread-N" that Python gives
 unnamed ones (then its target or class); else the name the OS has for it (pt_autograd_0, pt_nccl_watchdg, ...).
 Differences are taken thread by thread, then summed by label: a thread that ended between two readings counts
@@ -16,6 +21,7 @@ nothing, and one started between them counts from 0.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import threading
@@ -27,8 +33,12 @@ TASKS = Path("/proc/self/task")
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 _UNNAMED = re.compile(r"Thread-\d+(?: \((?P<target>.*)\))?")
 
-# {thread id: (label, CPU seconds so far)}
-ThreadTimes = dict[int, tuple[str, float]]
+# The key under which a timed window's result (train.py's summary.json overhead_s, bench.plain_ddp's line) holds
+# each thread's wait for a CPU, in ms per step, beside "thread_cpu_ms_per_step".
+WAITS_KEY = "thread_cpu_wait_ms_per_step"
+
+# {thread id: (label, CPU seconds so far, seconds it waited for a CPU so far: NaN where unknown)}
+ThreadTimes = dict[int, tuple[str, float, float]]
 
 
 class Clocks(NamedTuple):
@@ -56,6 +66,8 @@ class WindowTimes(NamedTuple):
     thread_ms: float  # the thread that read the clocks
     process_ms: float
     threads_ms: dict[str, float]  # per label, busiest first (per_step_ms)
+    # Per label, the time it waited for a CPU, longest first ({}: none waited 0.005 ms a step); None: not kept.
+    threads_wait_ms: dict[str, float] | None
 
 
 def window_times(start: Clocks, end: Clocks, steps: int) -> WindowTimes:
@@ -65,7 +77,13 @@ def window_times(start: Clocks, end: Clocks, steps: int) -> WindowTimes:
         (end.thread_s - start.thread_s) * 1e3 / steps,
         (end.process_s - start.process_s) * 1e3 / steps,
         per_step_ms(start.threads, end.threads, steps),
+        per_step_ms(start.threads, end.threads, steps, wait=True) if waits_kept(end.threads) else None,
     )
+
+
+def waits_kept(times: ThreadTimes) -> bool:
+    """Whether the kernel kept the threads' waits for a CPU (schedstat) in this reading."""
+    return any(not math.isnan(waited) for _, _, waited in times.values())
 
 
 def python_thread_label(thread: threading.Thread) -> str:
@@ -78,20 +96,22 @@ def python_thread_label(thread: threading.Thread) -> str:
     return unnamed.group("target") or type(thread).__name__
 
 
-def _cpu_s(task: Path) -> float | None:
+def _cpu_and_wait_s(task: Path) -> tuple[float, float] | None:
     try:
-        return int((task / "schedstat").read_text().split()[0]) / 1e9
-    except (OSError, ValueError, IndexError):
+        ran_ns, waited_ns = (task / "schedstat").read_text().split()[:2]
+        return int(ran_ns) / 1e9, int(waited_ns) / 1e9
+    except (OSError, ValueError):
         pass
     try:
         fields = (task / "stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime: fields 14 and 15 of stat
+        return (int(fields[11]) + int(fields[12])) * _TICK_S, math.nan  # utime, stime: fields 14 and 15 of stat
     except (OSError, ValueError, IndexError):
         return None  # the thread ended meanwhile
 
 
 def thread_cpu_s() -> ThreadTimes:
-    """Each thread of this process: its label and the CPU seconds it has run so far; {} where /proc is not Linux's."""
+    """Each thread of this process: its label, the CPU seconds it has run so far and the seconds it has waited for
+    a CPU so far (NaN without schedstat); {} where /proc is not Linux's."""
     if not TASKS.is_dir():
         return {}
     # A thread Python did not start (autograd's, running a hook that asked for threading.current_thread()) has a
@@ -103,8 +123,8 @@ def thread_cpu_s() -> ThreadTimes:
     }
     times: ThreadTimes = {}
     for task in TASKS.iterdir():
-        cpu = _cpu_s(task)
-        if cpu is None:
+        times_s = _cpu_and_wait_s(task)
+        if times_s is None:
             continue
         tid = int(task.name)
         label = python_labels.get(tid)
@@ -113,16 +133,22 @@ def thread_cpu_s() -> ThreadTimes:
                 label = (task / "comm").read_text().strip() or task.name
             except OSError:
                 continue
-        times[tid] = (label, cpu)
+        times[tid] = (label, *times_s)
     return times
 
 
-def per_step_ms(start: ThreadTimes, end: ThreadTimes, steps: int) -> dict[str, float]:
-    """Each label's CPU ms per step between two readings, busiest first; labels under 0.005 ms a step are left out."""
+def per_step_ms(start: ThreadTimes, end: ThreadTimes, steps: int, wait: bool = False) -> dict[str, float]:
+    """Each label's CPU ms per step between two readings (wait: the ms per step it waited for a CPU instead), largest
+    first; labels under 0.005 ms a step, and waits the kernel did not keep, are left out."""
+    field = 2 if wait else 1
     ms: dict[str, float] = {}
-    for tid, (label, cpu) in end.items():
+    for tid, entry in end.items():
+        label, value = entry[0], entry[field]
+        if math.isnan(value):
+            continue
         before = start.get(tid)
-        used = cpu - (before[1] if before is not None and before[0] == label else 0.0)  # a reused id: a new thread
+        same_thread = before is not None and before[0] == label  # else a reused id: a new thread, from 0
+        used = value - (before[field] if same_thread else 0.0)
         ms[label] = ms.get(label, 0.0) + used * 1e3 / steps
     return dict(sorted(((k, v) for k, v in ms.items() if v >= 0.005), key=lambda kv: -kv[1]))
 

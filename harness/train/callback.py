@@ -63,6 +63,7 @@ from harness.common.failures import (
 )
 from harness.common.names import WARMUP_STEPS
 from harness.common.run_identity import trial_name
+from harness.common.thread_cpu import WAITS_KEY
 from harness.train import dashboards
 from harness.train import summary as run_summary
 from harness.train.calibration import TIMELINE_STEPS, AfterBackward, Calibration, average_gradients, stamp_names
@@ -657,6 +658,8 @@ class CommTimingCallback(pl.Callback):
             "step_worker_cpu_ms_per_step": worker_ms,
             # Every thread's CPU (the autograd thread runs backward and the comm hook): where a host-bound step goes.
             "thread_cpu_ms_per_step": window["thread_cpu_ms_per_step"],
+            # How long each waited for a CPU that another task held: the host's contention, beside its CPU.
+            WAITS_KEY: window[WAITS_KEY],
         }
 
     def _ddp_crosscheck(self) -> dict[str, Any]:

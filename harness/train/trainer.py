@@ -25,7 +25,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from harness.common import dist_env
 from harness.common.failures import say
-from harness.common.thread_cpu import Clocks, describe, read_clocks, window_times
+from harness.common.thread_cpu import WAITS_KEY, Clocks, describe, read_clocks, window_times
 from harness.train.callback import CommTimingCallback
 from harness.train.config import RUN_VERSION_ENV, TrainConfig, claim_run_version, run_version
 from harness.train.ddp_strategy import SameStreamDDPStrategy, SameStreamFabricDDPStrategy
@@ -122,8 +122,8 @@ class WindowClock(pl.Callback):
             print(self.window_line(), flush=True)
 
     def result(self) -> dict[str, Any] | None:
-        """The window's ms per step (wall, main-thread CPU, process CPU, each thread's CPU), once both ends were read;
-        else None."""
+        """The window's ms per step (wall, main-thread CPU, process CPU, each thread's CPU and the time each waited
+        for a CPU), once both ends were read; else None."""
         if self._start is None or self._end is None:
             return None
         times = window_times(self._start, self._end, self.last - self.first)
@@ -134,6 +134,7 @@ class WindowClock(pl.Callback):
             "main_thread_cpu_ms_per_step": times.thread_ms,
             "process_cpu_ms_per_step": times.process_ms,
             "thread_cpu_ms_per_step": times.threads_ms,
+            WAITS_KEY: times.threads_wait_ms,
         }
 
     def window_line(self) -> str:
@@ -147,14 +148,20 @@ class WindowClock(pl.Callback):
             f"{head}; steps {self.first} to {self.last}: {window['wall_ms_per_step']:.3f} ms/step, CPU "
             f"{window['main_thread_cpu_ms_per_step']:.3f} ms main thread, {window['process_cpu_ms_per_step']:.3f} "
             "ms process per step (rank 0); no timing hook, events or summary.json"
-        ) + (f"\n{THREADS_HEAD}{describe(threads, None)}" if (threads := window["thread_cpu_ms_per_step"]) else "")
+        ) + "".join(
+            f"\n{line_head}{describe(ms, None)}"
+            for line_head, ms in ((THREADS_HEAD, window["thread_cpu_ms_per_step"]), (WAITS_HEAD, window[WAITS_KEY]))
+            if ms
+        )
 
 
 # --loop's names, in WindowClock's line.
 LOOP_NAMES = {"fabric": "Fabric's loop", "trainer": "the Trainer's loop"}
 
-# The line of each thread's CPU per step over the window (harness.common.thread_cpu.describe), after the window line.
+# The line of each thread's CPU per step over the window (harness.common.thread_cpu.describe), after the window line;
+# then the line of the time each waited for a CPU (absent where no thread waited, or the kernel keeps no schedstat).
 THREADS_HEAD = "# CPU ms per step by thread: "
+WAITS_HEAD = "# ms per step each thread waited for a CPU: "
 # What WindowClock.window_line() says, for bench.vs_plain: first, last, wall, main-thread CPU, process CPU.
 WINDOW_LINE = re.compile(
     r"steps (\d+) to (\d+): ([\d.]+) ms/step, CPU ([\d.]+) ms main thread, ([\d.]+) ms process per step"
