@@ -49,6 +49,7 @@ from typing import Any
 from harness import grid
 from harness.advise import config_of, measured_runs, measured_steps, measured_totals
 from harness.analysis.step_model import Candidate, cap_candidate, default_candidate
+from harness.common.cli import OneLineParser, run_cli
 from harness.common.dist_env import NVLS_OFF_ENV
 from harness.common.failures import SignalLatch
 
@@ -394,8 +395,11 @@ def validate_world_sizes(
     return lines
 
 
+PROG = "python -m bench.advisor_validation"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--nproc", type=int, default=2, help="ranks of the base run and the grid")
     parser.add_argument("--image-size", type=int)
@@ -481,4 +485,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.common.cli import OneLineParser, run_cli
+
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = {"calibrated": [], "uncalibrated": ["--calibration-steps", "0"]}
 
@@ -40,8 +42,11 @@ def run_seconds(train_args: list[str], extra: list[str], logdir: Path) -> dict[s
     }
 
 
+PROG = "python -m bench.calibration_cost"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: train.py's arguments")
     args = parser.parse_args()
@@ -76,4 +81,4 @@ def seconds(value: float | None) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

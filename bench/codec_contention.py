@@ -31,6 +31,8 @@ import threading
 import time
 from typing import Any
 
+from harness.common.cli import OneLineParser, run_cli
+
 SIZES = (2**18, 2**20, 2**22)  # 1, 4 and 16 MiB of fp32 gradients: resnet50's buckets at caps 1 to 25 MiB
 GAP_S = 0.002  # between codec calls, as between buckets
 WORLD_SIZE = 4  # the hook's pre-division, as on 4 ranks
@@ -116,8 +118,11 @@ def _rank(rank: int, args: argparse.Namespace, barrier: Any, results: Any) -> No
     results.put(out)
 
 
+PROG = "python -m bench.codec_contention"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n")[0])
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--model", default="resnet50")
@@ -154,4 +159,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

@@ -14,17 +14,16 @@ Wilson interval: with 20 runs, 19 holding 0 is consistent with anything from abo
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from bench.exposed_ab import cpu_hog, run_loopback, summary_path, train_args
 from harness.common import tags
+from harness.common.cli import OneLineParser, run_cli
 from harness.common.metrics import percentile
 from harness.train.exposure_estimate import estimate_exposure
 
@@ -100,8 +99,11 @@ def line(i: int, rec: dict) -> str:
     )
 
 
+PROG = "python -m bench.exposure_coverage"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--image-size", type=int, default=32)
@@ -139,4 +141,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_cli(main, PROG))

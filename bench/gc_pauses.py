@@ -23,6 +23,7 @@ import runpy
 import sys
 import time
 
+from harness.common.cli import OneLineParser, run_cli
 from harness.common.dist_env import free_port, lone_rank_env
 
 
@@ -63,8 +64,11 @@ class GcLog:
         }
 
 
+PROG = "python -m bench.gc_pauses"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--after-s", type=float, default=5.0, help="also count only the collections after this")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- then a script and its arguments, or -m MODULE …")
     args = parser.parse_args()
@@ -95,4 +99,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

@@ -12,11 +12,16 @@ docs/BENCHMARKS.md, "Tried and reverted: a probe of how much latency overlaps on
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
+
+from harness.common.cli import OneLineParser, UsageError, run_cli
+
+PROG = "python -m bench.gloo_overlap"
 
 SIZES_ELEMENTS = (1024, 16384, 262144)  # 4 KB, 64 KB, 1 MB of float32
 COLLECTIVES = 10
@@ -37,6 +42,9 @@ def trial_ms(size: int, together: bool) -> float:
 
 
 def main() -> None:
+    OneLineParser(prog=PROG, description=__doc__.splitlines()[0]).parse_args()  # no options: --help, or a refusal
+    if "RANK" not in os.environ:
+        raise UsageError("run it under torchrun: torchrun --standalone --nproc-per-node 2 -m bench.gloo_overlap")
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     try:
@@ -59,4 +67,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

@@ -64,6 +64,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from bench.ab import interleave, paired_difference, summarize, time_block, time_block_threads
+from harness.common.cli import OneLineParser, run_cli
 from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
@@ -390,8 +391,11 @@ def worker(args: argparse.Namespace) -> None:
                 f.write(line + "\n")
 
 
+PROG = "python -m bench.hook_overhead"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--nproc", type=int, help="local processes (default: 1 on cuda, 2 on cpu)")
     parser.add_argument("--model", default="resnet50")
@@ -425,4 +429,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

@@ -11,7 +11,6 @@ a run's peak depends on when that thread woke; with it, the peak is what the hoo
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from harness.common.cli import OneLineParser, run_cli
 from harness.common.dist_env import apply_safe_nccl_env
 
 # Called with each step's index, before its forward and after its backward: the training loop's per-step work.
@@ -63,8 +63,11 @@ def torch_fp16_hook(ddp: DDP) -> None:
     ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
 
 
+PROG = "python -m bench.hook_peak_memory"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=6, help="runs of each kind")
     parser.add_argument("--pause", type=float, default=0.3, help="seconds after each step in the paused runs")
     args = parser.parse_args()
@@ -88,4 +91,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from bench.vs_plain import VARIANTS as PAIR_VARIANTS
 from bench.vs_plain import train_window
+from harness.common.cli import OneLineParser, run_cli
 from harness.common.dist_env import lone_rank_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -243,8 +244,11 @@ def native_leaves(raw: Path, rate: int, steps: float, top: int = 12) -> dict:
     }
 
 
+PROG = "python -m bench.host_profile"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--image-size", type=int, default=0, help="0: the model's default")
@@ -300,4 +304,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_cli(main, PROG))

@@ -13,7 +13,6 @@ per-bucket list, refined with the whole model".
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import random
 
@@ -30,6 +29,7 @@ from harness.analysis.step_model import (
     predict_candidate,
     simulate,
 )
+from harness.common.cli import OneLineParser, run_cli
 
 
 def random_case(rng: random.Random, count: int) -> tuple[StepInputs, str, Network]:
@@ -49,8 +49,11 @@ def random_case(rng: random.Random, count: int) -> tuple[StepInputs, str, Networ
     return inputs, hook, Network(rng.choice([0.0, 500.0, 3000.0]), rng.choice([0.1, 1.0, 10.0]), 2)
 
 
+PROG = "python -m bench.list_search"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--min-params", type=int, default=4)
@@ -83,4 +86,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

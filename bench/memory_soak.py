@@ -12,7 +12,6 @@ record: each rank's samples and its growth from step 100 to the last step, in MB
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -22,6 +21,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from harness.common.cli import OneLineParser, run_cli
 from harness.common.local_launch import spawn_local
 from harness.common.names import MB
 from harness.common.run_info import run_info
@@ -99,8 +99,11 @@ def soak(train_args: list[str], every: int, nproc: int = 2) -> dict[str, Any]:
     }
 
 
+PROG = "python -m bench.memory_soak"
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet_tiny")
     parser.add_argument("--max-steps", type=int, default=5000)
     parser.add_argument("--batch-size", type=int, default=4)
@@ -129,4 +132,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main, PROG))

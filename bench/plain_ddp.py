@@ -15,7 +15,6 @@ the main thread, of the whole process and of each thread (harness.common.thread_
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -28,6 +27,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from harness.common.cli import OneLineParser, run_cli
 from harness.common.dist_env import apply_safe_nccl_env
 from harness.common.thread_cpu import WAITS_KEY, read_clocks, window_times
 from models import get_model_spec
@@ -117,8 +117,11 @@ def timed_run(step: Callable[[], None], steps: int, window_start: int, cuda: boo
     return result
 
 
+PROG = "python -m bench.plain_ddp"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--image-size", type=int)
@@ -139,4 +142,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

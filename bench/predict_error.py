@@ -30,6 +30,7 @@ from pathlib import Path
 
 from harness.analysis.bucket_layout import layout_from_summary
 from harness.analysis.prediction import network_from_sweep, other_ms_of_run, predict
+from harness.common.cli import OneLineParser, run_cli
 from harness.common.sweep_fits import load_fits
 from harness.predict import load_summary
 
@@ -158,8 +159,11 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+PROG = "python -m bench.predict_error"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--world-sizes", default="2,3,4")
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--image-size", type=int, default=64)
@@ -196,4 +200,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

@@ -12,7 +12,6 @@ and gloo's or the timed hook's: the built-in path has no Python hook at all.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import time
@@ -22,6 +21,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
 
+from harness.common.cli import OneLineParser, run_cli
 from models import get_model_spec
 
 PATHS = ("builtin", "python_hook", "none")
@@ -42,8 +42,11 @@ def parse_caps(text: str) -> list[float | None]:
     return [None if cap == "default" else float(cap) for cap in text.split(",")]
 
 
+PROG = "python -m bench.small_buckets"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gpt_tiny")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--caps", default="default,0.01,0.1", help="MiB, comma-separated; 'default' is DDP's")
@@ -79,4 +82,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

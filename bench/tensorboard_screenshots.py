@@ -13,7 +13,6 @@ the labels below are for this script's console only.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -23,6 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from harness.common.cli import OneLineParser, run_cli
 from harness.common.dist_env import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,8 +104,11 @@ def plot_comparison(logdir: Path) -> None:
     print(f"# {COMPARE_PLOT.relative_to(REPO)} (against {baseline})", flush=True)
 
 
+PROG = "python -m bench.tensorboard_screenshots"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--logdir", type=Path, help="where the runs go (default: a new temporary directory)")
     parser.add_argument("--reuse", action="store_true", help="take the runs already in --logdir")
     args = parser.parse_args()
@@ -128,4 +131,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from bench.plain_ddp import build_loop, start_rank
+from harness.common.cli import OneLineParser, run_cli
 from harness.train.grad_ready import GradReadyRecorder
 from harness.train.stamps import StepStamps
 
@@ -75,8 +76,11 @@ def measure(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
     }
 
 
+PROG = "python -m bench.timeline_cost"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--image-size", type=int)
@@ -95,4 +99,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

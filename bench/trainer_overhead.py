@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from bench.ab import interleave, summarize, time_block
 from bench.plain_ddp import build_loop
+from harness.common.cli import OneLineParser, run_cli
 from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
@@ -197,8 +198,11 @@ def worker(args: argparse.Namespace) -> None:
                 f.write(json.dumps(record) + "\n")
 
 
+PROG = "python -m bench.trainer_overhead"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--batch-size", type=int, default=128)
@@ -216,4 +220,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.common import thread_cpu
+from harness.common.cli import OneLineParser, run_cli
 from harness.common.metrics import median_ci95, percentile
 from harness.common.names import SUMMARY_FILE
 from harness.common.thread_cpu import WAITS_KEY
@@ -329,8 +330,11 @@ def report_of_files(paths: list[Path], parser: argparse.ArgumentParser) -> str:
     return report(rows, common)
 
 
+PROG = "python -m bench.vs_plain"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--image-size", type=int)
@@ -379,4 +383,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_cli(main, PROG))

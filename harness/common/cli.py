@@ -23,8 +23,9 @@ class UsageError(Exception):
     """A mistake in what the user asked for. The message names the option and what would be accepted."""
 
 
-def run_cli(main: Callable[[], int], prog: str) -> int:
-    """Run `main`; a UsageError becomes `prog: error: message` on stderr and exit code 2, with no traceback.
+def run_cli(main: Callable[[], int | None], prog: str) -> int | None:
+    """Run `main`; a UsageError becomes `prog: error: message` on stderr and exit code 2, with no traceback. What
+    main returns is the exit code (None: 0, as SystemExit takes it).
 
     A reader that closes the pipe early (`| head -1`) took what it wanted: the command stops quietly with
     EXIT_BROKEN_PIPE, as a shell reports a command ended by SIGPIPE, instead of a BrokenPipeError traceback.

@@ -1,0 +1,51 @@
+"""Every command answers a mistake alike: `PROG: error: message` on one line of stderr and exit code 2, no usage
+text and no traceback (harness.common.cli). The harness's own commands are checked option by option in their own
+tests; this walks every program under bench/ and harness/ that runs as `python -m`, and train.py, with an option
+none of them has, so that a new program that forgets run_cli fails here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.train_runs import REPO
+
+MAIN_GUARD = 'if __name__ == "__main__":'
+
+
+def programs() -> list[tuple[list[str], str]]:
+    """(the command, the program name it should give) for each module with a main guard, and train.py."""
+    found = [([sys.executable, str(REPO / "train.py")], "train.py")]
+    for path in sorted([*REPO.glob("bench/*.py"), *REPO.glob("harness/**/*.py")]):
+        if MAIN_GUARD in path.read_text():
+            module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            found.append(([sys.executable, "-m", module], f"python -m {module}"))
+    return found
+
+
+def refusal(command: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*command, "--no-such-option"], cwd=REPO, capture_output=True, text=True, timeout=180, check=False
+    )
+
+
+# A module that is another's older name, and answers with that one's program name.
+ALIASES = {"python -m harness.sweep_settings": "python -m harness.grid"}
+
+
+@pytest.mark.slow
+def test_every_program_refuses_an_unknown_option_in_one_line_with_exit_2():
+    found = programs()
+    assert len(found) > 20, "the walk found too few programs: has the layout moved?"
+    with ThreadPoolExecutor(max_workers=3) as pool:  # most of the time is importing torch: a few at once
+        results = list(pool.map(refusal, [command for command, _ in found]))
+    wrong = []
+    for (_, name), proc in zip(found, results, strict=True):
+        prog = ALIASES.get(name, name)
+        lines = proc.stderr.strip().splitlines()
+        if proc.returncode != 2 or len(lines) != 1 or not lines[0].startswith(f"{prog}: error: "):
+            wrong.append(f"{name}: exit {proc.returncode}, stderr {proc.stderr.strip()[-300:]!r}")
+    assert not wrong, "\n".join(wrong)
