@@ -23,7 +23,7 @@ import runpy
 import sys
 import time
 
-from harness.common.cli import OneLineParser, run_cli
+from harness.common.cli import OneLineParser, UsageError, run_cli
 from harness.common.dist_env import free_port, lone_rank_env
 
 
@@ -74,16 +74,16 @@ def main() -> None:
     args = parser.parse_args()
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program or program == ["-m"]:
-        parser.exit(2, "gc_pauses: name a program after --: a script, or -m and a module\n")
+        raise UsageError("name a program after --: a script, or -m and a module")
     if program[0] == "-m":
         try:
             found = importlib.util.find_spec(program[1]) is not None
         except ModuleNotFoundError:  # a parent package of it is missing
             found = False
         if not found:
-            parser.exit(2, f"gc_pauses: no such module: {program[1]}\n")
+            raise UsageError(f"no such module: {program[1]}")
     elif not os.path.isfile(program[0]):
-        parser.exit(2, f"gc_pauses: no such script: {program[0]}\n")
+        raise UsageError(f"no such script: {program[0]}")
     for key, value in lone_rank_env(free_port()).items():
         os.environ.setdefault(key, value)
     log = GcLog()

@@ -44,7 +44,9 @@ def trial_ms(size: int, together: bool) -> float:
 def main() -> None:
     OneLineParser(prog=PROG, description=__doc__.splitlines()[0]).parse_args()  # no options: --help, or a refusal
     if "RANK" not in os.environ:
-        raise UsageError("run it under torchrun: torchrun --standalone --nproc-per-node 2 -m bench.gloo_overlap")
+        raise UsageError(
+            "run it under torchrun: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node 2 -m bench.gloo_overlap"
+        )
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     try:

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from harness.common.cli import OneLineParser, run_cli
+from harness.common.cli import OneLineParser, UsageError, run_cli
 from harness.common.dist_env import apply_safe_nccl_env
 
 # Called with each step's index, before its forward and after its backward: the training loop's per-step work.
@@ -72,9 +72,9 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=0.3, help="seconds after each step in the paused runs")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        parser.exit(2, "hook_peak_memory: needs a CUDA GPU\n")
+        raise UsageError("needs a CUDA GPU")
     if args.runs < 1 or args.pause <= 0:
-        parser.exit(2, "hook_peak_memory: --runs must be ≥ 1 and --pause > 0\n")
+        raise UsageError("--runs must be ≥ 1 and --pause > 0")
     apply_safe_nccl_env()
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)

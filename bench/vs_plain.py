@@ -210,7 +210,7 @@ def train_window(run_root: Path, stdout: str) -> dict[str, Any]:
         "main_thread_cpu_ms_per_step": thread,
         "process_cpu_ms_per_step": process,
         "thread_cpu_ms_per_step": thread_cpu.parse(threads) if threads else {},
-        WAITS_KEY: thread_cpu.parse(waits) if waits else None,  # no line: none waited, or not kept
+        WAITS_KEY: thread_cpu.parse(waits) if waits else None,  # no line: the kernel kept no waits
     }
 
 
@@ -236,14 +236,15 @@ def pick_variants(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 
 
 def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
-    """Per variant: the median plain/variant ratio with its p10–p90 over the pairs, the median ms and CPU ms per
-    step; and the plain loop's own spread across the pairs."""
+    """Per variant: the median plain/variant ratio with its p10–p90 over the pairs, the median ms, CPU ms and CPU
+    wait ms per step; and the plain loop's own spread across the pairs."""
     plain = [row["plain"]["ms_per_step"] for row in rows]
     spread = (max(plain) - min(plain)) / percentile(plain, 50) * 100
     ratios = {name: [row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for row in rows] for name in variants}
     ratio_head = "plain/variant p50 [p10, p90]"
     lines = [
-        f"# {len(rows)} pairs; ms per step over the window; CPU: main thread (harness: its part of it), process",
+        f"# {len(rows)} pairs; ms per step over the window; CPU: main thread (harness: its part of it), process; "
+        "CPU wait: every thread's wait for a CPU another task held",
         f"{'variant':<18} {ratio_head:>30} " + " ".join(f"{head:>11}" for head in COLUMNS.values()),
     ]
     for name in ["plain", *variants]:

@@ -32,11 +32,14 @@ def test_the_log_records_a_real_full_collection_and_splits_by_time():
 @pytest.mark.parametrize(
     ("program", "error"),
     [
-        (["no_such_script.py"], "gc_pauses: no such script: no_such_script.py"),
-        (["-m", "no_such_package.module"], "gc_pauses: no such module: no_such_package.module"),
-        (["-m", "bench.no_such_module"], "gc_pauses: no such module: bench.no_such_module"),
-        (["-m", "bench.no_such_package.module"], "gc_pauses: no such module: bench.no_such_package.module"),
-        ([], "gc_pauses: name a program after --: a script, or -m and a module"),
+        (["no_such_script.py"], "python -m bench.gc_pauses: error: no such script: no_such_script.py"),
+        (["-m", "no_such_package.module"], "python -m bench.gc_pauses: error: no such module: no_such_package.module"),
+        (["-m", "bench.no_such_module"], "python -m bench.gc_pauses: error: no such module: bench.no_such_module"),
+        (
+            ["-m", "bench.no_such_package.module"],
+            "python -m bench.gc_pauses: error: no such module: bench.no_such_package.module",
+        ),
+        ([], "python -m bench.gc_pauses: error: name a program after --: a script, or -m and a module"),
     ],
 )
 def test_a_missing_program_is_one_line_exit_2_and_nothing_measured(program, error):

@@ -18,7 +18,7 @@ from harness.train.callback import CommTimingCallback
 from harness.train.stamps import BucketTiming
 from harness.train.step_log import StepLog
 from harness.train.step_stats import StepStats
-from harness.train.trainer import THREADS_HEAD, WINDOW_LINE
+from harness.train.trainer import THREADS_HEAD, WAITS_HEAD, WINDOW_LINE
 from tests.train_runs import REPO, run_train
 
 STEPS = 12
@@ -147,6 +147,11 @@ def test_harness_off_is_lightning_alone_and_writes_nothing(tmp_path):
     threads = next(line for line in proc.stdout.splitlines() if line.startswith(THREADS_HEAD))
     main_ms = thread_cpu.parse(threads.removeprefix(THREADS_HEAD))["main"]
     assert main_ms == pytest.approx(float(match.group(4)), rel=0.1, abs=0.5), (threads, line)
+    # ...and each thread's wait for a CPU from the line after that, which is there whenever the kernel keeps them.
+    if thread_cpu.waits_kept(thread_cpu.thread_cpu_s()):
+        waits_line = next(line for line in proc.stdout.splitlines() if line.startswith(WAITS_HEAD))
+        waits = thread_cpu.parse(waits_line.removeprefix(WAITS_HEAD))
+        assert main_ms + waits.get("main", 0.0) <= float(match.group(3)) * 1.05 + 0.5, (waits, line)
     assert "Gradient communication" not in proc.stdout  # no table: no timing callback
     assert not [path for path in logdir.rglob("*")], "a --harness off run writes nothing"
     assert "# run directory" not in proc.stdout, "...so it names no run directory either"

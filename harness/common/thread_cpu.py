@@ -36,6 +36,8 @@ _UNNAMED = re.compile(r"Thread-\d+(?: \((?P<target>.*)\))?")
 # The key under which a timed window's result (train.py's summary.json overhead_s, bench.plain_ddp's line) holds
 # each thread's wait for a CPU, in ms per step, beside "thread_cpu_ms_per_step".
 WAITS_KEY = "thread_cpu_wait_ms_per_step"
+# What a line of waits says where the kernel kept them and no label waited 0.005 ms a step (parse reads it as {}).
+NONE_WAITED = "none waited 0.005 ms a step"
 
 # {thread id: (label, CPU seconds so far, seconds it waited for a CPU so far: NaN where unknown)}
 ThreadTimes = dict[int, tuple[str, float, float]]
@@ -148,14 +150,16 @@ def per_step_ms(start: ThreadTimes, end: ThreadTimes, steps: int, wait: bool = F
             continue
         before = start.get(tid)
         same_thread = before is not None and before[0] == label  # else a reused id: a new thread, from 0
+        if same_thread and math.isnan(before[field]):
+            continue  # its first reading kept no wait: unknown, not the whole wait since it started
         used = value - (before[field] if same_thread else 0.0)
         ms[label] = ms.get(label, 0.0) + used * 1e3 / steps
     return dict(sorted(((k, v) for k, v in ms.items() if v >= 0.005), key=lambda kv: -kv[1]))
 
 
 def describe(ms_per_step: dict[str, float], limit: int | None = 6) -> str:
-    """The busiest threads' CPU ms per step: 'main 15.21, pt_autograd_0 14.02, ..., 3 others 0.31' (parse reads it;
-    limit None: every thread)."""
+    """The largest labels' ms per step (CPU, or waits): 'main 15.21, pt_autograd_0 14.02, ..., 3 others 0.31' (parse
+    reads it; limit None: every label)."""
     shown = list(ms_per_step.items())[:limit]
     rest = list(ms_per_step.values())[len(shown) :]
     if rest:
@@ -164,7 +168,10 @@ def describe(ms_per_step: dict[str, float], limit: int | None = 6) -> str:
 
 
 def parse(text: str) -> dict[str, float]:
-    """`describe`'s text back into {label: ms} (a label that holds ", " would not read back; thread names don't)."""
+    """`describe`'s text back into {label: ms} (a label that holds ", " would not read back; thread names don't);
+    NONE_WAITED into {}."""
+    if text == NONE_WAITED:
+        return {}
     out = {}
     for item in text.split(", "):
         label, _, ms = item.rpartition(" ")
