@@ -70,12 +70,37 @@ def node_env(hosts: Hosts, node: int) -> dict[str, str]:
     return {k: v for k, v in hosts.env(node).items() if k not in LAUNCHER_VARS}
 
 
+class HostsTimedOut(subprocess.TimeoutExpired):
+    """torchrun was still running on some host at the limit. Carries every host's output up to the kill, which its
+    message ends with: a hang in CI is otherwise a bare timeout that says nothing of where the hosts were."""
+
+    def __init__(self, cmd: list[str], timeout: float, results: list[subprocess.CompletedProcess]) -> None:
+        super().__init__(cmd, timeout)
+        self.results = results
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}; each host's output until it was killed:\n{hosts_output(self.results, 2000)}"
+
+
+def hosts_output(results: list[subprocess.CompletedProcess], tail: int | None = None) -> str:
+    """Each host's exit code, stdout and stderr (the last `tail` characters of each, if given), host by host."""
+
+    def last(text: str) -> str:
+        return text[-tail:] if tail else text
+
+    return "\n".join(
+        f"## host {node} (exit {proc.returncode})\n{last(proc.stdout)}\n{last(proc.stderr)}"
+        for node, proc in enumerate(results)
+    )
+
+
 def run_on_hosts(
     hosts: Hosts, args: list[str], port: int = MASTER_PORT, timeout_s: float = RUN_TIMEOUT_S
 ) -> list[subprocess.CompletedProcess]:
     """torchrun `args` on every host at once; the finished processes (text output), in host order. Each host's
     output goes to a file of its own, so no host blocks on a pipe that is not being read; at `timeout_s` after
-    the start, every host still running is killed and subprocess.TimeoutExpired raised."""
+    the start, every host still running is killed and HostsTimedOut (a subprocess.TimeoutExpired) raised, with
+    what each host printed until then."""
     with contextlib.ExitStack() as stack:
         new_file = functools.partial(tempfile.TemporaryFile, "w+")
         outputs = [(stack.enter_context(new_file()), stack.enter_context(new_file())) for _ in hosts.namespaces]
@@ -91,9 +116,12 @@ def run_on_hosts(
             for node, (out, err) in enumerate(outputs)
         ]
         deadline = time.monotonic() + timeout_s
+        timed_out = False
         try:
             for proc in procs:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
         finally:
             for proc in procs:
                 if proc.poll() is None:
@@ -106,6 +134,8 @@ def run_on_hosts(
                 file.seek(0)
                 text.append(file.read())
             results.append(subprocess.CompletedProcess(proc.args, proc.returncode, *text))
+        if timed_out:
+            raise HostsTimedOut(procs[0].args, timeout_s, results)
         return results
 
 
@@ -161,11 +191,13 @@ def run_schedule_on_hosts(
             log_path = logdir / "logs" / f"{name}-repeat{repeat}.log"
             try:
                 procs = run_on_hosts(hosts, script_and_args, MASTER_PORT + i, timeout_s)  # a port a run: TIME_WAIT
-            except subprocess.TimeoutExpired:  # one hung run is a failed run, not the end of the schedule
-                log_path.write_text(f"killed: still running {timeout_s:g} s after it started\n")
+            except HostsTimedOut as hung:  # one hung run is a failed run, not the end of the schedule
+                log_path.write_text(
+                    f"killed: still running {timeout_s:g} s after it started\n{hosts_output(hung.results)}"
+                )
                 failed.append(name)
                 continue
-            log_path.write_text("\n".join(f"## host {n}\n{p.stdout}\n{p.stderr}" for n, p in enumerate(procs)))
+            log_path.write_text(hosts_output(procs))
             if any(p.returncode != 0 for p in procs):
                 failed.append(name)
     return failed
