@@ -34,10 +34,11 @@ from harness.train.config import claim_run_version, parse_config
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(argv)  # every check runs here, before any process or process group exists
-    if cfg.launcher != "none":
+    if cfg.launcher != "none":  # torchrun or SLURM started this process as one rank
+        from harness.common.local_launch import exit_without_teardown
         from harness.train.rank import run_rank
 
-        return run_rank(cfg)  # torchrun or SLURM started this process as one rank
+        exit_without_teardown(run_rank(cfg))  # never returns: the interpreter's teardown can abort a rank
     # No launcher: this process starts the ranks and watches them. It never loads Lightning (seconds of
     # CPU that the ranks, loading it themselves, need more).
     from harness.common.local_launch import spawn_local

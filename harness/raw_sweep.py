@@ -56,7 +56,7 @@ import torch
 
 from harness.common.cli import OneLineParser, UsageError, check_distinct_outputs, check_writable, run_cli
 from harness.common.dist_env import default_backend, detect
-from harness.common.local_launch import spawn_local
+from harness.common.local_launch import exit_without_teardown, spawn_local
 from harness.common.names import GRACE_S
 from harness.common.sweep_fits import Fit, load_fits
 from harness.sweep.collectives import COLLECTIVES, DTYPES, PLACEMENTS, REDUCE_OPS, parse_collectives, parse_dtype
@@ -212,7 +212,8 @@ def make_plan(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse and check, then start the ranks (or be one, under a launcher); returns the exit code."""
+    """Parse and check, then start the ranks and return their exit code; under a launcher, be one rank and end the
+    process with its code (exit_without_teardown)."""
     args = build_parser().parse_args(argv)
     env = detect()
     if env.launcher == "none":
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     if env.launcher == "slurm" and not {"MASTER_ADDR", "MASTER_PORT"} <= os.environ.keys():
         raise UsageError("under SLURM, export MASTER_ADDR (the first node) and MASTER_PORT before srun")
     plan = make_plan(args, backend, env.world_size, env.num_nodes, env.launcher, writes_outputs=env.rank == 0)
-    return run_rank(plan)
+    exit_without_teardown(run_rank(plan))  # never returns: the interpreter's teardown can abort a rank
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -274,16 +274,18 @@ def _entry(
         else:
             say("local launch", str(stop.code))
             code = 1
-    _exit_done(code)
+    exit_without_teardown(code)
 
 
-def _exit_done(code: int) -> None:
-    """End a child whose work is done, skipping the interpreter's teardown. A rank that returned into it died now
+def exit_without_teardown(code: int) -> NoReturn:
+    """End a rank whose work is done, skipping the interpreter's teardown. A rank that returned into it died now
     and then of SIGABRT there ("terminate called without an active exception", in C++ teardown after the
-    process group was destroyed): twice in about 100 two-rank gloo runs on 2026-12-05, each after a complete run
-    whose measurements were written, and the launch then reported the rank as killed. Our output is written as
-    it is produced and nothing of ours runs at exit, so what exit would still do is done here first: flush the
-    streams and stop the child's own children (multiprocessing's exit handler, which ends DataLoader workers)."""
+    process group was destroyed): twice in about 100 two-rank gloo runs started here on 2026-12-05, and under
+    torchrun on two namespace hosts 4 times in 60 runs on 2026-12-06 (and once in CI), each after a complete run whose
+    measurements were written. The launch then reported the rank as failed, and torchrun's agent on the other
+    host waited at its exit barrier until the test's 150 s limit. Our output is written as it is produced and
+    nothing of ours runs at exit, so what exit would still do is done here first: flush the streams and stop the
+    rank's own children (multiprocessing's exit handler, which ends DataLoader workers)."""
     with contextlib.suppress(Exception):
         multiprocessing.util._exit_function()
     for stream in (sys.stdout, sys.stderr):
