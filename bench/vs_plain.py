@@ -23,8 +23,9 @@ threads). The plain loop measures itself; train.py is given `--window-start` and
 (harness.train.trainer) does the same: read from summary.json's "overhead_s" (with the harness's own share of
 the main thread's CPU), or from the end line of a --harness off run, which writes no summary.
 
-Each run also keeps when it started (UTC), the host's 1-minute load average just before, and its whole process
-time (process_s, start-up included), so that a slow run can be set against how busy the host was.
+Each run also keeps when it started (UTC), the host's 1-minute load average just before, its whole process
+time (process_s, start-up included), and the host's CPU over the run: the share busy and the share a hypervisor
+stole (/proc/stat), so that a slow run can be set against how busy the host was.
 
 The ratio of a pair is plain ms / variant ms (1.0: it costs nothing; 0.97: 3% slower). Printed: each pair as a
 JSON line (also appended to --out as it completes, so an interrupted bench keeps what it measured), then a
@@ -116,7 +117,33 @@ def host_before_run() -> dict[str, float | str | int]:
         "loadavg_1m_before": os.getloadavg()[0],
         "leftover_processes": len(leftover_runs()),
         "_started": time.monotonic(),
+        "_jiffies": host_jiffies(),
     }
+
+
+def host_jiffies() -> list[int] | None:
+    """The host's CPU time counters since boot, summed over its CPUs (/proc/stat's "cpu" line: user, nice, system,
+    idle, iowait, irq, softirq, steal, ...); None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as stat:
+            return [int(field) for field in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def host_during_run(before: list[int] | None) -> dict[str, float]:
+    """The host's whole CPU time over a run, as shares of it: busy (not idle nor waiting on I/O, every process
+    counted, the run's own included) and stolen (a virtual machine's CPUs held by its hypervisor for someone
+    else). A run slowed by a steal or a busy host is told apart from one slowed by its own work."""
+    after = host_jiffies()
+    if before is None or after is None or len(after) < 8:
+        return {}
+    delta = [a - b for a, b in zip(after, before, strict=False)]
+    total = sum(delta[:8])  # guest time (fields 9 and 10) is already counted in user and nice
+    if total <= 0:
+        return {}
+    idle = delta[3] + delta[4]
+    return {"host_busy_pct": 100 * (total - idle) / total, "host_steal_pct": 100 * delta[7] / total}
 
 
 def leftover_runs() -> list[int]:
@@ -263,6 +290,11 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
     if loads:
         lines.append(f"# host load (1-minute average) before each run: p50 {percentile(loads, 50):.2f}, "
                      f"from {min(loads):.2f} to {max(loads):.2f}")  # fmt: skip
+    for key, what in (("host_busy_pct", "busy"), ("host_steal_pct", "stolen by the hypervisor")):
+        shares = [run[key] for row in rows for run in row.values() if key in run]
+        if shares:
+            lines.append(f"# host CPU {what} during each run: p50 {percentile(shares, 50):.1f} %, "
+                         f"from {min(shares):.1f} to {max(shares):.1f} %")  # fmt: skip
     leftovers = sum(run.get("leftover_processes", 0) for row in rows for run in row.values())
     lines.append(f"# processes of earlier runs still alive when a run started: {leftovers} in all")
     lines.append(
@@ -372,7 +404,8 @@ def main() -> None:
                     row[name] = plain_ms(args, variants[name])
                 else:
                     row[name] = train_ms(args, variants[name], Path(tmp), f"{name.replace('.', '_')}{pair}")
-                row[name].update(host, process_s=time.monotonic() - host.pop("_started"))
+                during = host_during_run(host.pop("_jiffies"))
+                row[name].update(host, **during, process_s=time.monotonic() - host.pop("_started"))
             rows.append(row)
             ratios = {name: row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for name in variants}
             record = {"pair": pair, "order": order, **row, "plain_over": ratios, "variants": variants}

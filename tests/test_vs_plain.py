@@ -106,3 +106,19 @@ def test_is_measured_run_names_python_running_train_py_or_the_plain_loop(argv, m
     from bench.vs_plain import is_measured_run
 
     assert is_measured_run(argv) is measured
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="the host's CPU counters come from Linux's /proc/stat")
+def test_host_during_run_counts_a_process_that_burns_one_cpu_as_busy():
+    """The kernel's own counters against a known load: a child burning one CPU for 0.6 s makes at least its share
+    of the host's CPUs (one of os.cpu_count()) busy over that time, whatever else the host runs."""
+    from bench.vs_plain import host_during_run, host_jiffies
+
+    before = host_jiffies()
+    burn = "import time\nend = time.perf_counter() + 0.6\nwhile time.perf_counter() < end: pass"
+    subprocess.run([sys.executable, "-c", burn], check=True, timeout=60)
+    shares = host_during_run(before)
+    one_cpu = 100 / os.cpu_count()
+    assert shares["host_busy_pct"] >= 0.8 * one_cpu, shares
+    assert 0 <= shares["host_steal_pct"] <= 100, shares
+    assert host_during_run(None) == {}
