@@ -39,23 +39,15 @@ WORLD_SIZE = 4  # the hook's pre-division, as on 4 ranks
 
 
 def _codec_ms(buffers: dict[int, Any], reps: int) -> dict[int, float]:
-    """Median ms of the fp16 hook's codec per size, over `reps` calls after one warm-up, on the calling thread."""
+    """Median ms of the fp16 hook's codec per size, over `reps` calls after one warm-up, on the calling thread: the
+    codec probe's own timing (codec_probe.codec_ms), with a gap after each call as between buckets."""
     import torch
 
-    from harness.train.hook import compress
+    from harness.train.codec_probe import codec_ms
+    from harness.train.stamps import StepStamps
 
-    medians = {}
-    for numel, buffer in buffers.items():
-        times = []
-        for rep in range(reps + 1):
-            start = time.perf_counter()
-            buffer.copy_(compress(buffer, torch.float16, WORLD_SIZE))
-            if rep:
-                times.append((time.perf_counter() - start) * 1e3)
-            buffer.mul_(WORLD_SIZE)  # untimed: undo the pre-division, so the values keep a gradient's scale
-            time.sleep(GAP_S)
-        medians[numel] = statistics.median(times)
-    return medians
+    clock = StepStamps(use_cuda=False)
+    return {numel: codec_ms(buffer, torch.float16, WORLD_SIZE, clock, reps, GAP_S) for numel, buffer in buffers.items()}
 
 
 def _thread_count() -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -49,8 +50,11 @@ def probe_sizes(total_numel: int) -> list[int]:
     return [*sizes, total_numel]
 
 
-def codec_ms(buffer: torch.Tensor, dtype: torch.dtype, world_size: int, clock: StepStamps, reps: int) -> float:
-    """Median ms over `reps` calls (after one warm-up) of the compress hook's codec on `buffer`."""
+def codec_ms(
+    buffer: torch.Tensor, dtype: torch.dtype, world_size: int, clock: StepStamps, reps: int, gap_s: float = 0.0
+) -> float:
+    """Median ms over `reps` calls (after one warm-up) of the compress hook's codec on `buffer`; `gap_s`: a pause
+    after each call, as between buckets (bench.codec_contention), none when the probe runs alone."""
     times = []
     for rep in range(reps + 1):
         start = clock.now()
@@ -62,6 +66,8 @@ def codec_ms(buffer: torch.Tensor, dtype: torch.dtype, world_size: int, clock: S
         clock.release(end)
         if world_size > 1:  # untimed: undo the pre-division, or every call would shrink the values 1/world_size
             buffer.mul_(world_size)  # more, to float16's subnormals within a few calls, unlike any real bucket
+        if gap_s:
+            time.sleep(gap_s)
     return float(np.median(times))
 
 
