@@ -27,6 +27,12 @@ the grid is not charged to the model), and the errors are pooled over the bases.
 run name's completed summaries count against its first entries in the schedule), then predicts and compares all of
 them; `--reuse` runs nothing.
 
+A run whose own compute-only forward+backward (measured in its calibration steps, with no communication) lies far
+from the grid's median was slowed or sped up by the host, not by its setting: no model of communication can predict
+it from another run. `--drop-drifted PCT` lists the runs more than PCT % off and adds a second verdict with them
+left out (as bases and as repeats); the verdict as measured, every run counted, stays first and is the one --pool
+reads (the second's tables are headed "setting, drifted runs left out").
+
 `--pool REPORT...` runs nothing: it pools the step errors of earlier report.md files, the base setting's rows
 left out, into the median and worst that `harness.analysis.advice.VALIDATED_ERROR` quotes.
 
@@ -42,12 +48,13 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import grid
-from harness.advise import config_of, measured_runs, measured_steps, measured_totals
+from harness.advise import config_of, measured_runs, measured_steps
 from harness.analysis.step_model import Candidate, cap_candidate, default_candidate
 from harness.common.cli import OneLineParser, run_cli
 from harness.common.dist_env import NVLS_OFF_ENV
@@ -218,14 +225,44 @@ def run_grid(args: argparse.Namespace, out: Path, candidates: list[Candidate]) -
     return logdir
 
 
-def base_runs(logdir: Path, name: str) -> list[Path]:
-    """The version directories of run `name` under `logdir` that measured a step: the grid's bases."""
-    return [path for path, _ in measured_runs(logdir, "step_ms_p50").get(name, [])]
+def base_runs(logdir: Path, name: str, left_out: frozenset[Path] = frozenset()) -> list[Path]:
+    """The version directories of run `name` under `logdir` that measured a step, less those in `left_out`: the
+    grid's bases."""
+    return [path for path, _ in measured_runs(logdir, "step_ms_p50").get(name, []) if path not in left_out]
 
 
-def without_run(runs: dict[str, list[tuple[Path, float]]], left_out: Path) -> dict[str, list[float]]:
-    """measured_runs' values by run name, less the version in `left_out`."""
-    return {name: [value for path, value in found if path != left_out] for name, found in runs.items()}
+def without_runs(runs: dict[str, list[tuple[Path, float]]], left_out: frozenset[Path]) -> dict[str, list[float]]:
+    """measured_runs' values by run name, less the versions in `left_out`."""
+    return {name: [value for path, value in found if path not in left_out] for name, found in runs.items()}
+
+
+def drifted_runs(logdir: Path, pct: float) -> tuple[float, dict[Path, float]]:
+    """The median compute-only ms of the runs under `logdir`, and {version directory: its compute-only ms} of those
+    whose compute-only forward+backward lies more than `pct` % from it: the host, not the setting, changed their
+    step."""
+    compute = [(path, ms) for found in measured_runs(logdir, "compute_only_ms").values() for path, ms in found]
+    if not compute:
+        return math.nan, {}
+    median = statistics.median(ms for _, ms in compute)
+    return median, {path: ms for path, ms in compute if abs(ms / median - 1) * 100 > pct}
+
+
+def drifted_section(logdir: Path, pct: float, verdict: Callable[[frozenset[Path]], list[str]]) -> list[str]:
+    """--drop-drifted's part of the report: which runs drifted, and `verdict`'s lines with them left out."""
+    median, drifted = drifted_runs(logdir, pct)
+    head = f"#### Runs whose compute-only forward+backward lies over {pct:g} % from the grid's median ({median:.1f} ms)"
+    if not drifted:
+        return ["", head, "", "- none: the verdict above is the only one"]
+    listed = "; ".join(f"{path.parent.name}/{path.name} {ms:.1f} ms" for path, ms in sorted(drifted.items()))
+    return [
+        "",
+        head,
+        "",
+        f"- left out ({len(drifted)}): {listed}",
+        "- the rule was applied after the runs: a verdict with them left out is evidence, not the grid as measured",
+        "",
+        *verdict(frozenset(drifted)),
+    ]
 
 
 def noise_floor(steps: dict[str, list[float]]) -> tuple[float, float, int]:
@@ -257,9 +294,11 @@ def grid_verdict(
     logdir: Path,
     sweep: Path | None,
     in_grid: bool = False,
+    left_out: frozenset[Path] = frozenset(),
 ) -> GridVerdict:
     """The advisor's predictions from `base` against the grid's measured runs; `in_grid`: `base` is one of the
-    grid's runs, left out of its setting's measured repeats (and its advice kept under its own name)."""
+    grid's runs, left out of its setting's measured repeats (and its advice kept under its own name); `left_out`:
+    runs not counted (drifted_runs), whose table is headed so that --pool does not read it."""
     caps = sorted({c.bucket_cap_mb for c in candidates if c.bucket_cap_mb is not None})
     hooks = list(dict.fromkeys(c.hook for c in candidates))
     extra = ["--caps", ",".join(f"{c:g}" for c in caps), "--hooks", ",".join(hooks)]
@@ -267,12 +306,13 @@ def grid_verdict(
     predicted = {row_key(r): r["predicted_step_ms"] for r in advice["rows"] if r["kind"] != "list"}
     predicted_exposed = {row_key(r): r["predicted_exposed_ms"] for r in advice["rows"] if r["kind"] != "list"}
     # The base run, where it is one of the grid's, is left out of its setting's repeats (by its directory).
-    steps = without_run(measured_runs(logdir, "step_ms_p50"), base)
+    steps = without_runs(measured_runs(logdir, "step_ms_p50"), left_out | {base})
     # Each run's exposed (forward+backward − its own compute-only): what communication cost it, free of the
     # compute drift between runs that the step time carries.
-    exposed = without_run(measured_runs(logdir, "exposed_ms_p50"), base)
+    exposed = without_runs(measured_runs(logdir, "exposed_ms_p50"), left_out | {base})
+    setting = "setting, drifted runs left out" if left_out else "setting"
     lines = [
-        "| setting | predicted ms | measured ms (median) | runs | error | predicted exposed ms "
+        f"| {setting} | predicted ms | measured ms (median) | runs | error | predicted exposed ms "
         "| measured exposed ms (runs) |",
         "|---|---:|---:|---|---:|---:|---|",
     ]
@@ -301,7 +341,9 @@ def grid_verdict(
     rec_runs = measured_median.get(rec_key, (float("nan"), []))[1]
     best_runs = measured_median[best_key][1]
     within = bool(rec_runs) and (rec_key == best_key or min(rec_runs) <= max(best_runs))
-    compute = [c for values in measured_totals(logdir, "compute_only_ms").values() for c in values]
+    compute = [
+        c for values in without_runs(measured_runs(logdir, "compute_only_ms"), left_out).values() for c in values
+    ]
     spread = (
         f"{median_and_worst(statistics.median(errors), max(errors))} over the {len(errors)} settings besides the base's"
         if errors
@@ -324,8 +366,8 @@ def grid_verdict(
     return GridVerdict(lines, errors, within)
 
 
-def floor_line(logdir: Path) -> str:
-    median, worst, runs = noise_floor(measured_steps(logdir))
+def floor_line(logdir: Path, left_out: frozenset[Path] = frozenset()) -> str:
+    median, worst, runs = noise_floor(without_runs(measured_runs(logdir, "step_ms_p50"), left_out))
     if not runs:
         return "- noise floor: unknown, no setting ran twice"
     return (
@@ -340,8 +382,13 @@ def validate_grid(
     """Predictions from the separate base run, against the grid run after it."""
     candidates = grid_candidates(caps, hooks)
     logdir = run_grid(args, out, candidates)
-    verdict = grid_verdict(args, out, base, candidates, logdir, sweep)
-    return [*verdict.lines, floor_line(logdir)]
+
+    def verdict(left_out: frozenset[Path] = frozenset()) -> list[str]:
+        return [*grid_verdict(args, out, base, candidates, logdir, sweep, left_out=left_out).lines,
+                floor_line(logdir, left_out)]  # fmt: skip
+
+    lines = verdict()
+    return lines + (drifted_section(logdir, args.drop_drifted, verdict) if args.drop_drifted is not None else [])
 
 
 def validate_grid_bases(
@@ -352,12 +399,31 @@ def validate_grid_bases(
     candidates = grid_candidates(caps, hooks)
     logdir = run_grid(args, out, candidates)
     base_name = grid.run_name(args.model, config_of(default_candidate("allreduce")))
-    bases = base_runs(logdir, base_name)
+    if len(base_runs(logdir, base_name)) < 2:
+        sys.exit(f"--bases-in-grid needs two completed {base_name} runs under {logdir}, found fewer")
+
+    def verdict(left_out: frozenset[Path] = frozenset()) -> list[str]:
+        return bases_verdict(args, out, candidates, logdir, sweep, left_out)
+
+    lines = verdict()
+    return lines + (drifted_section(logdir, args.drop_drifted, verdict) if args.drop_drifted is not None else [])
+
+
+def bases_verdict(
+    args: argparse.Namespace,
+    out: Path,
+    candidates: list[Candidate],
+    logdir: Path,
+    sweep: Path | None,
+    left_out: frozenset[Path] = frozenset(),
+) -> list[str]:
+    """--bases-in-grid's verdict: each default-cap allreduce run not in `left_out` as the base in turn, pooled."""
+    bases = base_runs(logdir, grid.run_name(args.model, config_of(default_candidate("allreduce"))), left_out)
     if len(bases) < 2:
-        sys.exit(f"--bases-in-grid needs two completed {base_name} runs under {logdir}, found {len(bases)}")
+        return [f"- {len(bases)} base run left: too few to pool (two or more)"]
     lines, pooled, within = [], [], 0
     for base in bases:
-        verdict = grid_verdict(args, out, base, candidates, logdir, sweep, in_grid=True)
+        verdict = grid_verdict(args, out, base, candidates, logdir, sweep, in_grid=True, left_out=left_out)
         lines += [f"#### base run {base}", "", *verdict.lines, ""]
         pooled += verdict.errors
         within += verdict.within
@@ -370,7 +436,7 @@ def validate_grid_bases(
         f"Pooled over the {len(bases)} base runs: {spread}; the recommended setting was the measured best or "
         f"within its spread from {within} of {len(bases)} bases",
         "",
-        floor_line(logdir),
+        floor_line(logdir, left_out),
     ]
     return lines
 
@@ -438,6 +504,13 @@ def main() -> None:
         action="store_true",
         help="no separate base run: each of the grid's default-cap allreduce runs in turn is the base",
     )
+    parser.add_argument(
+        "--drop-drifted",
+        type=float,
+        metavar="PCT",
+        help="also give the verdict without the runs whose compute-only forward+backward lies over PCT %% from the "
+        "grid's median (the host's drift); the verdict as measured stays first",
+    )
     parser.add_argument("--run-timeout", type=float, default=600.0, help="seconds a run on namespace hosts may take")
     parser.add_argument("--out", default="bench-out/advisor")
     parser.add_argument("--pool", nargs="+", metavar="REPORT",
@@ -452,6 +525,8 @@ def main() -> None:
         parser.error(f"--extrapolate takes world sizes such as 3,4, not {args.extrapolate!r}")
     if min([args.nproc, *sizes]) < 2:
         parser.error("--nproc and --extrapolate: world sizes of 2 or more (nothing is communicated at 1)")
+    if args.drop_drifted is not None and not args.drop_drifted > 0:
+        parser.error(f"--drop-drifted takes a percentage above 0, not {args.drop_drifted:g}")
     if args.resume and args.reuse:
         parser.error("--resume runs what is missing, --reuse runs nothing: give one")
     if args.switch and not args.two_hosts:

@@ -1,5 +1,6 @@
 """bench.advisor_validation's noise floor (how far one run lies from its setting's other repeats) worked by hand,
---pool, which reads the errors back from the report.md files it wrote, and --resume's choice of what is left to run."""
+--pool, which reads the errors back from the report.md files it wrote (not --drop-drifted's second verdict), --resume's
+choice of what is left to run, and --drop-drifted's choice of the runs the host slowed."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 
 import pytest
 
-from bench.advisor_validation import noise_floor, pooled_errors, still_to_run
+from bench.advisor_validation import drifted_runs, noise_floor, pooled_errors, still_to_run
 from harness import grid
 from tests.train_runs import REPO
 
@@ -114,3 +115,46 @@ def test_resume_runs_what_a_cut_grid_left_in_schedule_order(tmp_path):
     (tmp_path / "logs").mkdir()
     assert still_to_run(schedule, tmp_path, "gpt2") == schedule[10:]
     assert still_to_run(schedule, tmp_path / "nothing here", "gpt2") == schedule
+
+
+# --drop-drifted's second verdict, as the report appends it: its tables are not the grid as measured.
+DRIFTED_SECTION = """
+#### Runs whose compute-only forward+backward lies over 25 % from the grid's median (215.8 ms)
+
+- left out (1): resnet50-bucket1-allreduce/20261206-184433 432.9 ms
+
+| setting, drifted runs left out | predicted ms | measured ms (median) | runs | error | predicted exposed ms | \
+measured exposed ms (runs) |
+|---|---:|---:|---|---:|---:|---|
+| 1 MiB, allreduce | 313.3 | 290.4 | 295.8, 285.0 | +7.9 % | 65.7 | 68.3, 45.4 |
+"""
+
+
+def test_pool_leaves_out_the_second_verdict_of_drop_drifted():
+    assert pooled_errors(REPORT + DRIFTED_SECTION) == pytest.approx(pooled_errors(REPORT))
+
+
+def test_drop_drifted_picks_the_runs_whose_own_compute_the_host_slowed(tmp_path):
+    """resnet50's 4-rank grid on a fresh H100 host (2026-12-06 18:43-18:52 UTC): the compute-only forward+backward
+    of its 15 completed runs. The four from 18:44:33 to 18:46:37 ran 285-433 ms against 201-223 ms for all the
+    others; the median is 215.8 ms, and at 25 % exactly those four lie outside it. A run without compute-only
+    (none measured) or not completed is not judged."""
+    summary = json.loads((REPO / "tests/data/resnet50_4ranks_4cores_each_default_allreduce.json").read_text())
+    compute = {
+        "184327": 221.4, "184401": 206.4, "184433": 432.9, "184515": 320.9, "184555": 284.9, "184637": 307.1,
+        "184716": 215.8, "184749": 200.8, "184822": 217.7, "184856": 204.0, "184930": 223.0, "185002": 209.5,
+        "185036": 208.5, "185109": 206.0, "185139": 203.6,
+    }  # fmt: skip
+    for time, ms in compute.items():
+        run = tmp_path / "resnet50-grid" / f"20261206-{time}"
+        run.mkdir(parents=True)
+        totals = {**summary["totals"], "compute_only_ms": ms}
+        (run / "summary.json").write_text(json.dumps({**summary, "totals": totals, "completed": True}))
+    stopped = tmp_path / "resnet50-grid" / "20261206-185207"
+    stopped.mkdir()
+    (stopped / "summary.json").write_text(json.dumps({**summary, "completed": False}))
+    median, drifted = drifted_runs(tmp_path, 25)
+    assert median == pytest.approx(215.8)
+    assert sorted(path.name for path in drifted) == [f"20261206-{t}" for t in ("184433", "184515", "184555", "184637")]
+    assert drifted_runs(tmp_path, 200) == (pytest.approx(215.8), {})
+    assert drifted_runs(tmp_path / "nothing here", 25)[1] == {}
