@@ -24,8 +24,9 @@ threads). The plain loop measures itself; train.py is given `--window-start` and
 the main thread's CPU), or from the end line of a --harness off run, which writes no summary.
 
 Each run also keeps when it started (UTC), the host's 1-minute load average just before, its whole process
-time (process_s, start-up included), and the host's CPU over the run: the share busy and the share a hypervisor
-stole (/proc/stat), so that a slow run can be set against how busy the host was.
+time (process_s, start-up included), the host's CPU over the run: the share busy and the share a hypervisor
+stole (/proc/stat), and how fast a fixed Python loop ran just before and after it (cpu_probe_ms), so that a slow
+run can be set against how busy the host was and how fast its CPU ran.
 
 The ratio of a pair is plain ms / variant ms (1.0: it costs nothing; 0.97: 3% slower). Printed: each pair as a
 JSON line (also appended to --out as it completes, so an interrupted bench keeps what it measured), then a
@@ -41,6 +42,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -57,6 +59,7 @@ from harness.common.names import SUMMARY_FILE
 from harness.common.thread_cpu import WAITS_KEY
 
 REPO = Path(__file__).resolve().parent.parent
+PROBE_KEYS = ("cpu_probe_ms_before", "cpu_probe_ms_after")  # cpu_probe_ms's readings kept with each run
 
 # One change at a time against train.py as shipped (each a train.py argument list).
 VARIANTS: dict[str, list[str]] = {
@@ -116,9 +119,29 @@ def host_before_run() -> dict[str, float | str | int]:
         "started_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "loadavg_1m_before": os.getloadavg()[0],
         "leftover_processes": len(leftover_runs()),
+        "cpu_probe_ms_before": cpu_probe_ms(),
         "_started": time.monotonic(),
         "_jiffies": host_jiffies(),
     }
+
+
+# A fixed piece of pure-Python work: ~25 ms on the 2-core CPU machine, long enough to span several of the
+# scheduler's time slices, so that a CPU shared with another task shows as a slower probe, not as a lucky one.
+PROBE_LOOPS = 500_000
+
+
+def cpu_probe_ms(repeats: int = 3) -> float:
+    """The fastest of `repeats` timings of the same fixed Python loop on this process's thread: how fast the host's
+    CPU runs this work now. A run that is slow while the probe is not was not slowed by a slower or shared CPU, as
+    far as the CPU this probe lands on tells (the scheduler picks it, not necessarily the run's)."""
+    fastest = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        total = 0
+        for number in range(PROBE_LOOPS):
+            total += number * number % 7
+        fastest = min(fastest, time.perf_counter() - start)
+    return fastest * 1e3
 
 
 def host_jiffies() -> list[int] | None:
@@ -290,6 +313,10 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
     if loads:
         lines.append(f"# host load (1-minute average) before each run: p50 {percentile(loads, 50):.2f}, "
                      f"from {min(loads):.2f} to {max(loads):.2f}")  # fmt: skip
+    probes = [run[key] for row in rows for run in row.values() for key in PROBE_KEYS if key in run]
+    if probes:
+        lines.append(f"# a fixed Python loop before and after each run: p50 {percentile(probes, 50):.2f} ms, from "
+                     f"{min(probes):.2f} to {max(probes):.2f} ms (a slower or shared CPU slows it too)")  # fmt: skip
     for key, what in (("host_busy_pct", "busy"), ("host_steal_pct", "stolen by the hypervisor")):
         shares = [run[key] for row in rows for run in row.values() if key in run]
         if shares:
@@ -406,6 +433,7 @@ def main() -> None:
                     row[name] = train_ms(args, variants[name], Path(tmp), f"{name.replace('.', '_')}{pair}")
                 during = host_during_run(host.pop("_jiffies"))
                 row[name].update(host, **during, process_s=time.monotonic() - host.pop("_started"))
+                row[name]["cpu_probe_ms_after"] = cpu_probe_ms()
             rows.append(row)
             ratios = {name: row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for name in variants}
             record = {"pair": pair, "order": order, **row, "plain_over": ratios, "variants": variants}

@@ -7,14 +7,13 @@ from __future__ import annotations
 import _thread
 import ctypes
 import os
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 from harness.common import thread_cpu
+from tests.contender import on_cpu
 
 pytestmark = pytest.mark.skipif(not thread_cpu.TASKS.is_dir(), reason="per-thread CPU is read from Linux's /proc")
 
@@ -124,22 +123,10 @@ def test_a_thread_that_ends_takes_nothing_from_another_of_its_name() -> None:
 def waited_while_burning(cpu: int, hog: bool) -> tuple[float, float]:
     """The main thread's CPU ms and its wait for a CPU in ms while it burns 0.3 s of CPU pinned to `cpu`, with a busy
     process pinned to the same CPU or without one."""
-    contender = None
-    if hog:
-        spin = f"import os; os.sched_setaffinity(0, {{{cpu}}}); print('ready', flush=True)\nwhile True: pass"
-        contender = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
-        assert contender.stdout.readline() == b"ready\n"  # pinned, and spinning from here
-    allowed = os.sched_getaffinity(0)
-    try:
-        os.sched_setaffinity(0, {cpu})  # the calling thread only
+    with on_cpu(cpu, hog):
         before = thread_cpu.thread_cpu_s()
         burn(0.3)
         after = thread_cpu.thread_cpu_s()
-    finally:
-        os.sched_setaffinity(0, allowed)
-        if contender is not None:
-            contender.kill()
-            contender.wait(30)
     ran = thread_cpu.per_step_ms(before, after, steps=1)["main"]
     return ran, thread_cpu.per_step_ms(before, after, steps=1, wait=True).get("main", 0.0)
 

@@ -122,3 +122,18 @@ def test_host_during_run_counts_a_process_that_burns_one_cpu_as_busy():
     assert shares["host_busy_pct"] >= 0.8 * one_cpu, shares
     assert 0 <= shares["host_steal_pct"] <= 100, shares
     assert host_during_run(None) == {}
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pinning to a CPU needs Linux's sched_setaffinity")
+def test_the_cpu_probe_runs_slower_on_a_cpu_shared_with_a_busy_process():
+    """A known cause: a process spinning on the probe's one CPU. The scheduler shares that CPU between the two, so
+    the probe, which spans several time slices, takes about twice as long; alone on the CPU it does not."""
+    from bench.vs_plain import cpu_probe_ms
+    from tests.contender import on_cpu
+
+    cpu = max(os.sched_getaffinity(0))
+    with on_cpu(cpu, hog=False):
+        alone = cpu_probe_ms()
+    with on_cpu(cpu, hog=True):
+        shared = cpu_probe_ms()
+    assert shared >= 1.4 * alone, (alone, shared)
