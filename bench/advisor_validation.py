@@ -247,10 +247,17 @@ def drifted_runs(logdir: Path, pct: float) -> tuple[float, dict[Path, float]]:
     return median, {path: ms for path, ms in compute if abs(ms / median - 1) * 100 > pct}
 
 
-def drifted_section(logdir: Path, pct: float, verdict: Callable[[frozenset[Path]], list[str]]) -> list[str]:
-    """--drop-drifted's part of the report: which runs drifted, and `verdict`'s lines with them left out."""
+def drifted_section(
+    logdir: Path, pct: float, verdict: Callable[[frozenset[Path]], list[str]], base: Path | None = None
+) -> list[str]:
+    """--drop-drifted's part of the report: which runs drifted, and `verdict`'s lines with them left out. `base`: a
+    base run outside the grid, judged against the grid's median too (a drifted base leaves no second verdict)."""
     median, drifted = drifted_runs(logdir, pct)
     head = f"#### Runs whose compute-only forward+backward lies over {pct:g} % from the grid's median ({median:.1f} ms)"
+    if base is not None:
+        base_ms = dict(measured_runs(base.parent.parent, "compute_only_ms").get(base.parent.name, [])).get(base)
+        if base_ms is not None and abs(base_ms / median - 1) * 100 > pct:
+            return ["", head, "", f"- the base run drifted ({base_ms:.1f} ms): no verdict without drift from it"]
     if not drifted:
         return ["", head, "", "- none: the verdict above is the only one"]
     listed = "; ".join(f"{path.parent.name}/{path.name} {ms:.1f} ms" for path, ms in sorted(drifted.items()))
@@ -259,7 +266,7 @@ def drifted_section(logdir: Path, pct: float, verdict: Callable[[frozenset[Path]
         head,
         "",
         f"- left out ({len(drifted)}): {listed}",
-        "- the rule was applied after the runs: a verdict with them left out is evidence, not the grid as measured",
+        "- the verdict with them left out is the model's error without the host's drift, not the grid as measured",
         "",
         *verdict(frozenset(drifted)),
     ]
@@ -336,6 +343,8 @@ def grid_verdict(
             f"| {cand.label}, {cand.hook} | {pred:.1f} | {median:.1f} | {', '.join(f'{r:.1f}' for r in runs)} | "
             f"{100 * error:+.1f} % | {predicted_exposed.get(key, float('nan')):.1f} | {runs_exposed} |"
         )
+    if not measured_median:  # every run of every setting left out (drifted_runs) or none finished
+        return GridVerdict([*lines, "", "- no setting has a measured run to compare"], errors, False)
     rec_key = row_key(advice["best_single_cap"])  # train.py runs one cap: the pick among what the grid ran
     best_key = min(measured_median, key=lambda k: measured_median[k][0])
     rec_runs = measured_median.get(rec_key, (float("nan"), []))[1]
@@ -349,10 +358,15 @@ def grid_verdict(
         if errors
         else "no setting besides the base's was measured"
     )
+    drift = (
+        f"- compute-only forward+backward over the grid's {len(compute)} runs: {min(compute):.1f} to "
+        f"{max(compute):.1f} ms (median {statistics.median(compute):.1f}): the machine's run-to-run drift"
+        if compute
+        else "- no run measured a compute-only forward+backward"
+    )
     lines += [
         "",
-        f"- compute-only forward+backward over the grid's {len(compute)} runs: {min(compute):.1f} to "
-        f"{max(compute):.1f} ms (median {statistics.median(compute):.1f}): the machine's run-to-run drift",
+        drift,
         f"- {spread} (default cap + allreduce: anchored, so its error is the noise between the base run and its "
         "repeats)",
         f"- recommended: {rec_key}; measured best: {best_key} (median {measured_median[best_key][0]:.1f} ms); "
@@ -388,7 +402,9 @@ def validate_grid(
                 floor_line(logdir, left_out)]  # fmt: skip
 
     lines = verdict()
-    return lines + (drifted_section(logdir, args.drop_drifted, verdict) if args.drop_drifted is not None else [])
+    if args.drop_drifted is None:
+        return lines
+    return lines + drifted_section(logdir, args.drop_drifted, verdict, base=base)
 
 
 def validate_grid_bases(
@@ -400,7 +416,8 @@ def validate_grid_bases(
     logdir = run_grid(args, out, candidates)
     base_name = grid.run_name(args.model, config_of(default_candidate("allreduce")))
     if len(base_runs(logdir, base_name)) < 2:
-        sys.exit(f"--bases-in-grid needs two completed {base_name} runs under {logdir}, found fewer")
+        found = len(base_runs(logdir, base_name))
+        sys.exit(f"--bases-in-grid needs two completed {base_name} runs under {logdir}, found {found}")
 
     def verdict(left_out: frozenset[Path] = frozenset()) -> list[str]:
         return bases_verdict(args, out, candidates, logdir, sweep, left_out)

@@ -155,9 +155,10 @@ def host_jiffies() -> list[int] | None:
 
 
 def host_during_run(before: list[int] | None) -> dict[str, float]:
-    """The host's whole CPU time over a run, as shares of it: busy (not idle nor waiting on I/O, every process
-    counted, the run's own included) and stolen (a virtual machine's CPUs held by its hypervisor for someone
-    else). A run slowed by a steal or a busy host is told apart from one slowed by its own work."""
+    """The host's whole CPU time over a run (its whole process, start-up included), as shares of it: busy (running
+    any process, the run's own included: not idle, not waiting on I/O, not stolen) and stolen (a virtual machine's
+    CPUs held by its hypervisor for someone else). A run slowed by a steal or a busy host is told apart from one
+    slowed by its own work."""
     after = host_jiffies()
     if before is None or after is None or len(after) < 8:
         return {}
@@ -165,8 +166,8 @@ def host_during_run(before: list[int] | None) -> dict[str, float]:
     total = sum(delta[:8])  # guest time (fields 9 and 10) is already counted in user and nice
     if total <= 0:
         return {}
-    idle = delta[3] + delta[4]
-    return {"host_busy_pct": 100 * (total - idle) / total, "host_steal_pct": 100 * delta[7] / total}
+    idle, steal = delta[3] + delta[4], delta[7]
+    return {"host_busy_pct": 100 * (total - idle - steal) / total, "host_steal_pct": 100 * steal / total}
 
 
 def leftover_runs() -> list[int]:
@@ -320,8 +321,8 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
     for key, what in (("host_busy_pct", "busy"), ("host_steal_pct", "stolen by the hypervisor")):
         shares = [run[key] for row in rows for run in row.values() if key in run]
         if shares:
-            lines.append(f"# host CPU {what} during each run: p50 {percentile(shares, 50):.1f} %, "
-                         f"from {min(shares):.1f} to {max(shares):.1f} %")  # fmt: skip
+            lines.append(f"# host CPU {what} during each run (start-up included): p50 {percentile(shares, 50):.3g} "
+                         f"%, from {min(shares):.3g} to {max(shares):.3g} %")  # fmt: skip
     leftovers = sum(run.get("leftover_processes", 0) for row in rows for run in row.values())
     lines.append(f"# processes of earlier runs still alive when a run started: {leftovers} in all")
     lines.append(

@@ -14,12 +14,12 @@ from collections.abc import Iterator
 def on_cpu(cpu: int, hog: bool) -> Iterator[None]:
     """Pin the calling thread to `cpu` for the block; with `hog`, a process spinning on the same CPU runs throughout."""
     contender = None
-    if hog:
-        spin = f"import os; os.sched_setaffinity(0, {{{cpu}}}); print('ready', flush=True)\nwhile True: pass"
-        contender = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
-        assert contender.stdout.readline() == b"ready\n"  # pinned, and spinning from here
     allowed = os.sched_getaffinity(0)
     try:
+        if hog:
+            spin = f"import os; os.sched_setaffinity(0, {{{cpu}}}); print('ready', flush=True)\nwhile True: pass"
+            contender = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
+            assert contender.stdout.readline() == b"ready\n"  # pinned, and spinning from here
         os.sched_setaffinity(0, {cpu})  # the calling thread only
         yield
     finally:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from bench.advisor_validation import drifted_runs, noise_floor, pooled_errors, still_to_run
+from bench.advisor_validation import drifted_runs, drifted_section, noise_floor, pooled_errors, still_to_run
 from harness import grid
 from tests.train_runs import REPO
 
@@ -145,11 +145,7 @@ def test_drop_drifted_picks_the_runs_whose_own_compute_the_host_slowed(tmp_path)
         "184716": 215.8, "184749": 200.8, "184822": 217.7, "184856": 204.0, "184930": 223.0, "185002": 209.5,
         "185036": 208.5, "185109": 206.0, "185139": 203.6,
     }  # fmt: skip
-    for time, ms in compute.items():
-        run = tmp_path / "resnet50-grid" / f"20261206-{time}"
-        run.mkdir(parents=True)
-        totals = {**summary["totals"], "compute_only_ms": ms}
-        (run / "summary.json").write_text(json.dumps({**summary, "totals": totals, "completed": True}))
+    write_runs(tmp_path / "resnet50-grid", {f"20261206-{time}": ms for time, ms in compute.items()})
     stopped = tmp_path / "resnet50-grid" / "20261206-185207"
     stopped.mkdir()
     (stopped / "summary.json").write_text(json.dumps({**summary, "completed": False}))
@@ -158,3 +154,34 @@ def test_drop_drifted_picks_the_runs_whose_own_compute_the_host_slowed(tmp_path)
     assert sorted(path.name for path in drifted) == [f"20261206-{t}" for t in ("184433", "184515", "184555", "184637")]
     assert drifted_runs(tmp_path, 200) == (pytest.approx(215.8), {})
     assert drifted_runs(tmp_path / "nothing here", 25)[1] == {}
+
+
+def write_runs(root, compute: dict[str, float]) -> dict[str, object]:
+    """A completed summary.json (a real 4-rank run's, with its compute-only replaced) under root/<version> each."""
+    summary = json.loads((REPO / "tests/data/resnet50_4ranks_4cores_each_default_allreduce.json").read_text())
+    paths = {}
+    for version, ms in compute.items():
+        run = root / version
+        run.mkdir(parents=True)
+        totals = {**summary["totals"], "compute_only_ms": ms}
+        (run / "summary.json").write_text(json.dumps({**summary, "totals": totals}))
+        paths[version] = run
+    return paths
+
+
+def test_drop_drifted_judges_a_separate_base_run_against_the_grid_too(tmp_path):
+    """A base run outside the grid that drifted leaves no second verdict (the verdict is not even asked for); one
+    that did not is kept, and the verdict is asked for without the grid's drifted run."""
+    grid_runs = write_runs(tmp_path / "grid" / "r", {"1": 200.0, "2": 210.0, "3": 400.0, "4": 205.0})
+    slow_base = write_runs(tmp_path / "base" / "b", {"slow": 300.0})["slow"]
+    fine_base = write_runs(tmp_path / "base" / "b", {"fine": 208.0})["fine"]
+    asked = []
+
+    def verdict(left_out):
+        asked.append(left_out)
+        return ["the verdict"]
+
+    lines = drifted_section(tmp_path / "grid", 25, verdict, base=slow_base)
+    assert asked == [] and "the base run drifted (300.0 ms)" in lines[-1]
+    lines = drifted_section(tmp_path / "grid", 25, verdict, base=fine_base)
+    assert asked == [frozenset({grid_runs["3"]})] and lines[-1] == "the verdict"

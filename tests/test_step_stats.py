@@ -105,3 +105,15 @@ def test_a_bucket_keeps_its_run_long_summary_across_steps():
         agg.add(step_stats(resolved, 8, 2, 7.0, False), resolved, {})
     times = agg.buckets[0].times_ms
     assert times.seen == 10 and times.values == [float(step) for step in range(2, 12)]
+
+
+def test_the_interval_of_a_median_does_not_depend_on_the_order_of_the_values():
+    """Pairs pooled from several calls, in whatever order the files are given, read the same interval: the 18
+    batch-32 ratios of 2026-12-06 (docs/BENCHMARKS.md), forwards and backwards. And the interval holds the median."""
+    from harness.common.metrics import median_ci95
+
+    ratios = [0.944, 1.020, 0.949, 0.987, 0.834, 0.800, 0.885, 0.817, 0.867, 1.390, 0.748]
+    ratios += [0.809, 0.928, 0.930, 0.948, 1.001, 1.032, 1.036]
+    forwards, backwards = median_ci95(ratios, draws=10000), median_ci95(ratios[::-1], draws=10000)
+    assert forwards == backwards
+    assert forwards[0] < 0.937 < forwards[1]

@@ -119,8 +119,9 @@ def busy_ms(intervals: Iterable[tuple[float, float]]) -> float:
 
 def median_ci95(values: list[float], draws: int = 2000) -> tuple[float, float]:
     """A 95 % interval of the median of `values`: a percentile bootstrap over them (fixed seed, so a report
-    printed twice from the same data reads the same)."""
-    samples = np.asarray(values, dtype=float)
+    printed twice from the same data reads the same; sorted first, so the same values in another order, such as
+    several calls' pairs pooled in another order, read the same too)."""
+    samples = np.sort(np.asarray(values, dtype=float))
     rng = np.random.default_rng(0)
     medians = np.median(rng.choice(samples, size=(draws, samples.size)), axis=1)
     return float(np.percentile(medians, 2.5)), float(np.percentile(medians, 97.5))
