@@ -244,7 +244,12 @@ def drifted_runs(logdir: Path, pct: float) -> tuple[float, dict[Path, float]]:
     if not compute:
         return math.nan, {}
     median = statistics.median(ms for _, ms in compute)
-    return median, {path: ms for path, ms in compute if abs(ms / median - 1) * 100 > pct}
+    return median, {path: ms for path, ms in compute if is_drifted(ms, median, pct)}
+
+
+def is_drifted(compute_ms: float, median_ms: float, pct: float) -> bool:
+    """Whether a run's compute-only ms lies more than `pct` % from the grid's median."""
+    return abs(compute_ms / median_ms - 1) * 100 > pct
 
 
 def drifted_section(
@@ -256,7 +261,7 @@ def drifted_section(
     head = f"#### Runs whose compute-only forward+backward lies over {pct:g} % from the grid's median ({median:.1f} ms)"
     if base is not None:
         base_ms = dict(measured_runs(base.parent.parent, "compute_only_ms").get(base.parent.name, [])).get(base)
-        if base_ms is not None and abs(base_ms / median - 1) * 100 > pct:
+        if base_ms is not None and is_drifted(base_ms, median, pct):
             return ["", head, "", f"- the base run drifted ({base_ms:.1f} ms): no verdict without drift from it"]
     if not drifted:
         return ["", head, "", "- none: the verdict above is the only one"]
@@ -415,8 +420,8 @@ def validate_grid_bases(
     candidates = grid_candidates(caps, hooks)
     logdir = run_grid(args, out, candidates)
     base_name = grid.run_name(args.model, config_of(default_candidate("allreduce")))
-    if len(base_runs(logdir, base_name)) < 2:
-        found = len(base_runs(logdir, base_name))
+    found = len(base_runs(logdir, base_name))
+    if found < 2:
         sys.exit(f"--bases-in-grid needs two completed {base_name} runs under {logdir}, found {found}")
 
     def verdict(left_out: frozenset[Path] = frozenset()) -> list[str]:

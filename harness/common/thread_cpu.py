@@ -167,6 +167,12 @@ def describe(ms_per_step: dict[str, float], limit: int | None = 6) -> str:
     return ", ".join(f"{label} {ms:.2f}" for label, ms in shown)
 
 
+def describe_waits(waits_ms_per_step: dict[str, float], limit: int | None = 6) -> str:
+    """`describe` for the threads' waits for a CPU: NONE_WAITED where none waited 0.005 ms a step (parse reads either
+    back)."""
+    return describe(waits_ms_per_step, limit) if waits_ms_per_step else NONE_WAITED
+
+
 def parse(text: str) -> dict[str, float]:
     """`describe`'s text back into {label: ms} (a label that holds ", " would not read back; thread names don't);
     NONE_WAITED into {}."""

@@ -17,7 +17,7 @@ import numpy as np
 from harness.common.metrics import algbw_gbps, busbw_gbps
 from harness.common.names import MB, SUMMARY_FILE, WARMUP_STEPS
 from harness.common.run_info import json_safe, run_info
-from harness.common.thread_cpu import NONE_WAITED, WAITS_KEY, describe
+from harness.common.thread_cpu import WAITS_KEY, describe, describe_waits
 from harness.train.exposure_estimate import estimate_exposure, reference_ms
 from harness.train.step_stats import RunAggregate
 
@@ -311,7 +311,7 @@ def format_table(summary: dict[str, Any]) -> str:
         if waits is not None:  # absent in runs before it was kept, None where the kernel keeps no schedstat
             lines.append(
                 "# waited for a CPU while ready to run (another task held it), ms per step by thread, same steps: "
-                + (describe(waits) if waits else NONE_WAITED)
+                + describe_waits(waits)
             )
     if summary["world_size"] == 1:
         lines.append("# world size 1: busbw is 0 by definition (no data crosses a link)")

@@ -25,7 +25,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from harness.common import dist_env
 from harness.common.failures import say
-from harness.common.thread_cpu import NONE_WAITED, WAITS_KEY, Clocks, describe, read_clocks, window_times
+from harness.common.thread_cpu import WAITS_KEY, Clocks, describe, describe_waits, read_clocks, window_times
 from harness.train.callback import CommTimingCallback
 from harness.train.config import RUN_VERSION_ENV, TrainConfig, claim_run_version, run_version
 from harness.train.ddp_strategy import SameStreamDDPStrategy, SameStreamFabricDDPStrategy
@@ -152,7 +152,7 @@ class WindowClock(pl.Callback):
         if threads := window["thread_cpu_ms_per_step"]:
             line += f"\n{THREADS_HEAD}{describe(threads, None)}"
         if (waits := window[WAITS_KEY]) is not None:  # the kernel kept them; "none" where none waited
-            line += f"\n{WAITS_HEAD}{describe(waits, None) if waits else NONE_WAITED}"
+            line += f"\n{WAITS_HEAD}{describe_waits(waits, None)}"
         return line
 
 
@@ -160,7 +160,7 @@ class WindowClock(pl.Callback):
 LOOP_NAMES = {"fabric": "Fabric's loop", "trainer": "the Trainer's loop"}
 
 # The line of each thread's CPU per step over the window (harness.common.thread_cpu.describe), after the window line;
-# then the line of the time each waited for a CPU (NONE_WAITED where none did; absent where the kernel keeps none).
+# then the line of the time each waited for a CPU (describe_waits; absent where the kernel keeps none).
 THREADS_HEAD = "# CPU ms per step by thread: "
 WAITS_HEAD = "# ms per step each thread waited for a CPU: "
 # What WindowClock.window_line() says, for bench.vs_plain: first, last, wall, main-thread CPU, process CPU.
