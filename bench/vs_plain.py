@@ -310,6 +310,7 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
             ratio = f"{f'{q[0]:.3f} [{q[1]:.3f}, {q[2]:.3f}]':>30}"
         lines.append(f"{name:<18} {ratio} " + " ".join(cells))
     lines += thread_table(rows, ["plain", *variants])
+    lines += order_lines(rows, ratios)
     loads = [run["loadavg_1m_before"] for row in rows for run in row.values() if "loadavg_1m_before" in run]
     if loads:
         lines.append(f"# host load (1-minute average) before each run: p50 {percentile(loads, 50):.2f}, "
@@ -338,6 +339,29 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
             f"interval of the median [{low:.3f}, {high:.3f}] (bootstrap over the {len(rows)} pairs)"
         )
     return "\n".join(lines)
+
+
+def order_lines(rows: list[dict], ratios: dict[str, list[float]]) -> list[str]:
+    """Per variant, its plain/variant ratio by where the variant ran in its pair's order (1st, 2nd, ...): the median
+    and the number of pairs at each place. The order rotates so that a drift favours no place; ratios that part by
+    place say the order itself moved them (at batch 32 on an H100, train.py's four lowest of eleven ratios all came
+    second, after the plain loop: docs/BENCHMARKS.md, 2026-12-06, 20:26 UTC). A row's runs are keyed in the order
+    they ran, by the bench and by --report alike. Nothing where no variant ran at two places."""
+    lines = []
+    for name, values in ratios.items():
+        by_place: dict[int, list[float]] = {}
+        for row, ratio in zip(rows, values, strict=True):
+            by_place.setdefault(list(row).index(name), []).append(ratio)
+        if len(by_place) > 1:
+            cells = ", ".join(
+                f"{place + 1}{_ORDINAL.get(place + 1, 'th')} {percentile(found, 50):.3f} ({len(found)} pairs)"
+                for place, found in sorted(by_place.items())
+            )
+            lines.append(f"# plain/{name}, median by where {name} ran in its pair: {cells}")
+    return lines
+
+
+_ORDINAL = {1: "st", 2: "nd", 3: "rd"}
 
 
 def thread_table(rows: list[dict], names: list[str], columns: int = 6) -> list[str]:

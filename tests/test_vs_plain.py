@@ -54,6 +54,27 @@ def test_report_pools_the_calls_and_tables_only_the_variants_every_pair_ran(tmp_
     )
 
 
+def test_report_splits_each_ratio_by_where_the_variant_ran(tmp_path):
+    """Rotated orders: train.py 25 % slower whenever it ran second, at the plain loop's speed elsewhere. The pooled
+    median hides that; the line by place shows it (and none is written for one order throughout)."""
+    orders = [["plain", "train.py"], ["train.py", "plain"], ["plain", "train.py"], ["train.py", "plain"]]
+    records = []
+    for number, order in enumerate(orders):
+        train_ms = 40.0 if order.index("train.py") == 1 else 30.0
+        runs = {"plain": {"ms_per_step": 30.0}, "train.py": {"ms_per_step": train_ms}}
+        record = {"pair": number, "order": order, **{name: runs[name] for name in order}, "variants": {"train.py": []}}
+        records.append(json.dumps(record) + "\n")
+    rotated, fixed = tmp_path / "rotated.jsonl", tmp_path / "fixed.jsonl"
+    rotated.write_text("".join(records))
+    fixed.write_text(records[0] + records[2])
+    proc = report(rotated)
+    assert proc.returncode == 0, proc.stderr
+    assert "# plain/train.py, median by where train.py ran in its pair: 1st 1.000 (2 pairs), 2nd 0.750 (2 pairs)" in (
+        proc.stdout.splitlines()
+    )
+    assert "by where" not in report(fixed).stdout
+
+
 def test_report_refuses_a_file_it_did_not_write_in_one_line(tmp_path):
     stray = tmp_path / "stray.jsonl"
     stray.write_text(pair(0, 30.0, 31.0) + '{"something": "else"}\n')
