@@ -425,7 +425,7 @@ def validate_grid_bases(
         sys.exit(f"--bases-in-grid needs two completed {base_name} runs under {logdir}, found {found}")
 
     def verdict(left_out: frozenset[Path] = frozenset()) -> list[str]:
-        return bases_verdict(args, out, candidates, logdir, sweep, left_out)
+        return bases_verdict(args, out, candidates, logdir, sweep, base_name, left_out)
 
     lines = verdict()
     return lines + (drifted_section(logdir, args.drop_drifted, verdict) if args.drop_drifted is not None else [])
@@ -437,10 +437,12 @@ def bases_verdict(
     candidates: list[Candidate],
     logdir: Path,
     sweep: Path | None,
+    base_name: str,
     left_out: frozenset[Path] = frozenset(),
 ) -> list[str]:
-    """--bases-in-grid's verdict: each default-cap allreduce run not in `left_out` as the base in turn, pooled."""
-    bases = base_runs(logdir, grid.run_name(args.model, config_of(default_candidate("allreduce"))), left_out)
+    """--bases-in-grid's verdict: each run `base_name` (the grid's default-cap allreduce runs) not in `left_out` as the
+    base in turn, pooled."""
+    bases = base_runs(logdir, base_name, left_out)
     if len(bases) < 2:
         return [f"- {len(bases)} base run left: too few to pool (two or more)"]
     lines, pooled, within = [], [], 0

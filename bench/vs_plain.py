@@ -311,16 +311,16 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
         lines.append(f"{name:<18} {ratio} " + " ".join(cells))
     lines += thread_table(rows, ["plain", *variants])
     lines += order_lines(rows, ratios)
-    loads = [run["loadavg_1m_before"] for row in rows for run in row.values() if "loadavg_1m_before" in run]
+    loads = run_values(rows, "loadavg_1m_before")
     if loads:
         lines.append(f"# host load (1-minute average) before each run: p50 {percentile(loads, 50):.2f}, "
                      f"from {min(loads):.2f} to {max(loads):.2f}")  # fmt: skip
-    probes = [run[key] for row in rows for run in row.values() for key in PROBE_KEYS if key in run]
+    probes = run_values(rows, *PROBE_KEYS)
     if probes:
         lines.append(f"# a fixed Python loop before and after each run: p50 {percentile(probes, 50):.2f} ms, from "
                      f"{min(probes):.2f} to {max(probes):.2f} ms (a slower or shared CPU slows it too)")  # fmt: skip
     for key, what in (("host_busy_pct", "busy"), ("host_steal_pct", "stolen by the hypervisor")):
-        shares = [run[key] for row in rows for run in row.values() if key in run]
+        shares = run_values(rows, key)
         if shares:
             lines.append(f"# host CPU {what} during each run (start-up included): p50 {percentile(shares, 50):.3g} "
                          f"%, from {min(shares):.3g} to {max(shares):.3g} %")  # fmt: skip
@@ -339,6 +339,11 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
             f"interval of the median [{low:.3f}, {high:.3f}] (bootstrap over the {len(rows)} pairs)"
         )
     return "\n".join(lines)
+
+
+def run_values(rows: list[dict], *keys: str) -> list[float]:
+    """Every run's value of each of `keys`, over every pair's runs, where the run kept it (older lines lack some)."""
+    return [run[key] for row in rows for run in row.values() for key in keys if key in run]
 
 
 def order_lines(rows: list[dict], ratios: dict[str, list[float]]) -> list[str]:
