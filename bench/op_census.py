@@ -11,11 +11,11 @@ exact count, and the profiler is a witness no one here wrote.
 
 Each variant runs in a process of its own, as torchrun's rank 0 of 1 (dist_env.lone_rank_env). torch.optim's global
 step hook (`register_optimizer_step_post_hook`, which train.py's and the plain loop's optimizers both call, once a
-step) opens a window of --steps steps after step --start. It records operators and CUDA runtime calls, not
-Python calls: the Python tracer (`with_stack`) corrupted the heap of train.py's process on torch 2.14 (glibc's
-"free(): invalid next size", in the first garbage collection after the window), so Python's share is left to
-bench.host_profile's py-spy samples. Runtime calls are leaves on their thread, so their times add up. A window of
-train.py's default 25 steps holds one calibration step, as a run's steps do.
+step) opens two windows of --steps steps each after step --start:
+  1. torch.profiler: every thread's operators and CUDA runtime calls, and the device's kernels. Runtime calls are
+     leaves on their thread, so their host times add up.
+  2. the main thread's Python calls, counted by a profile function (PythonCalls says why not the profiler's).
+A window of train.py's default 25 steps holds one calibration step, as a run's steps do.
 
 Per thread it prints the calls per step, then the calls whose count per step differs most from the first
 variant's; `--out DIR` keeps each variant's census as JSON (`python -m bench.op_census --report DIR/*.json` prints
@@ -97,15 +97,48 @@ def is_runtime_call(name: str) -> bool:
     return name.startswith("cu") and not name.startswith("cudnn")
 
 
+PYTHON_CALLS = "main, Python calls"  # the census's label for the second window's counts
+
+
+class PythonCalls:
+    """`sys.setprofile`'s function on the main thread: counts every Python and C function called, by name.
+
+    Why not torch.profiler's Python tracer (`with_stack`): in train.py's process it corrupted the heap on torch 2.14
+    (glibc's "free(): invalid next size" in the first garbage collection after the window). A profile function slows
+    the thread many times over, so its window is apart from the one whose runtime call times are read; the counts
+    are exact either way. It sees the main thread only: autograd's thread runs the comm hook's Python under a thread
+    state that pybind11 makes for each call, which no profile function reaches."""
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            code = frame.f_code
+            self.counts[f"{short_path(code.co_filename)}: {getattr(code, 'co_qualname', code.co_name)}"] += 1
+        elif event == "c_call":
+            self.counts[f"<C> {getattr(arg, '__qualname__', None) or repr(arg)[:80]}"] += 1
+
+
+def short_path(filename: str) -> str:
+    """A source file's path from its package on: site-packages' or this repository's."""
+    for root in ("site-packages/", "dist-packages/", f"{REPO}/"):
+        if root in filename:
+            return filename.split(root, 1)[1]
+    return filename
+
+
 class Window:
-    """torch.optim's global step hook: opens the profiling window after step `start`, closes it `steps` steps later
-    and writes the census to `out`."""
+    """torch.optim's global step hook: after step `start`, `steps` steps under torch.profiler, then `steps` steps
+    with the main thread's Python calls counted (PythonCalls); then it writes the census to `out`."""
 
     def __init__(self, start: int, steps: int, out: Path) -> None:
         self.start, self.steps, self.out = start, steps, out
         self.step = 0  # optimizer steps done
         self.profiler: Any = None
+        self.python: PythonCalls | None = None
         self.opened_ns = 0
+        self.result: dict[str, Any] = {"start": start, "steps": steps}
 
     def __call__(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         import time
@@ -113,11 +146,11 @@ class Window:
         import torch
 
         self.step += 1
-        if self.step not in (self.start, self.start + self.steps):
+        if self.step not in (self.start, self.start + self.steps, self.start + 2 * self.steps):
             return
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # the window holds its steps' launches, and none before or after
-        if self.profiler is None:
+        if self.step == self.start:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if torch.cuda.is_available():
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -126,12 +159,18 @@ class Window:
             with torch.profiler.record_function(MAIN_MARK):
                 pass
             self.opened_ns = time.perf_counter_ns()
-            return
-        self.profiler.stop()
-        wall_ms = (time.perf_counter_ns() - self.opened_ns) / 1e6 / self.steps
-        threads = census(self.profiler.profiler.kineto_results.events(), self.steps)
-        result = {"start": self.start, "steps": self.steps, "wall_ms_per_step": wall_ms, "threads": threads}
-        self.out.write_text(json.dumps(result))  # the run goes on to its last step, unprofiled
+        elif self.step == self.start + self.steps:
+            self.profiler.stop()
+            self.result["wall_ms_per_step"] = (time.perf_counter_ns() - self.opened_ns) / 1e6 / self.steps
+            self.result["threads"] = census(self.profiler.profiler.kineto_results.events(), self.steps)
+            self.profiler = None
+            self.python = PythonCalls()
+            sys.setprofile(self.python)
+        else:
+            sys.setprofile(None)
+            calls = {name: [n / self.steps, 0.0] for name, n in self.python.counts.items()}
+            self.result["threads"][PYTHON_CALLS] = calls
+            self.out.write_text(json.dumps(self.result))  # the run goes on to its last step, uncounted
 
 
 def child(out: Path, start: int, steps: int, program: str, argv: list[str]) -> None:
@@ -150,7 +189,7 @@ def child(out: Path, start: int, steps: int, program: str, argv: list[str]) -> N
 def run_variant(args: argparse.Namespace, name: str, out: Path, scratch: Path) -> dict[str, Any]:
     """One variant's process; its census (the JSON the windows wrote), named."""
     program, extra = PROGRAMS[name]
-    total = args.start + args.steps + 3  # the run ends a few steps after the window
+    total = args.start + 2 * args.steps + 3  # the run ends a few steps after the windows
     argv = ["--model", args.model, "--batch-size", str(args.batch_size), *extra]
     argv += ["--image-size", str(args.image_size)] if args.image_size else []
     if program == "train.py":
@@ -173,13 +212,14 @@ def run_variant(args: argparse.Namespace, name: str, out: Path, scratch: Path) -
 
 
 def summary_row(threads: dict[str, dict[str, list[float]]]) -> str:
-    """Per thread: operators and runtime calls (with their host ms) per step; the device's kernels and copies."""
+    """Per thread: operators and runtime calls (with their host ms) per step; the main thread's Python calls; the
+    device's kernels and copies."""
     cells = []
-    for label in sorted(threads, key=lambda t: (t != "main", t != "autograd", t == GPU, t)):
+    for label in sorted(threads, key=lambda t: (t != "main", t != PYTHON_CALLS, t != "autograd", t == GPU, t)):
         calls = threads[label].values()
         n, us = (sum(v[i] for v in calls) for i in (0, 1))
-        if label == GPU:
-            cells.append(f"GPU {n:.0f} kernels and copies ({us / 1e3:.2f} ms)")
+        if label in (GPU, PYTHON_CALLS):
+            cells.append(f"GPU {n:.0f} kernels and copies ({us / 1e3:.2f} ms)" if label == GPU else f"{label} {n:.0f}")
             continue
         runtime = [v for k, v in threads[label].items() if is_runtime_call(k)]
         rt_n, rt_us = sum(v[0] for v in runtime), sum(v[1] for v in runtime)
@@ -198,7 +238,8 @@ def differences(base: dict[str, Any], other: dict[str, Any], top: int) -> list[s
         if changed:
             lines.append(f"  {label}: {len(changed)} names differ by half a call a step or more")
             for k in changed[:top]:
-                ms = f", {delta[k][1] / 1e3:+.3f} ms" if is_runtime_call(k) or label == GPU else ""
+                timed = label == GPU or (label != PYTHON_CALLS and is_runtime_call(k))
+                ms = f", {delta[k][1] / 1e3:+.3f} ms" if timed else ""
                 lines.append(f"    {delta[k][0]:+8.1f} a step{ms}  {k}")
     return lines
 

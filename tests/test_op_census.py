@@ -16,14 +16,15 @@ from tests.train_runs import REPO
 
 
 def profiled_census(tmp_path, name: str, extra_relu: bool) -> dict:
-    """Six steps of a two-layer MLP, the window over steps 3-5; with `extra_relu`, one more relu a step."""
+    """Nine steps of a two-layer MLP: the profiler's window over steps 3-5, the Python calls' over steps 6-8; with
+    `extra_relu`, one more relu a step."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     out = tmp_path / f"{name}.json"
     handle = register_optimizer_step_post_hook(Window(start=2, steps=3, out=out))
     try:
-        for _ in range(6):
+        for _ in range(9):
             hidden = model(torch.randn(4, 8))
             loss = (torch.relu(hidden) if extra_relu else hidden).sum()
             loss.backward()
@@ -55,6 +56,9 @@ def test_a_step_with_one_more_operator_differs_by_exactly_that_one(tmp_path):
     relu = next(parts for parts in changed if parts[-1] == "aten::relu")
     assert relu[0] == "+1.0"
     assert "aten::addmm" not in names  # the same two a step in both
+    # The main thread's Python: the one more call, torch.relu, and no other.
+    python = lines[lines.index("  main, Python calls: 1 names differ by half a call a step or more") + 1 :]
+    assert [line.split(maxsplit=3)[0] for line in python] == ["+1.0"] and python[0].endswith(".relu")
     printed = report([base, more])
     assert "# more against base" in printed and "main" in printed
 
