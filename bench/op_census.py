@@ -13,7 +13,10 @@ Each variant runs in a process of its own, as torchrun's rank 0 of 1 (dist_env.l
 step hook (`register_optimizer_step_post_hook`, which train.py's and the plain loop's optimizers both call, once a
 step) opens two windows of --steps steps each after step --start:
   1. torch.profiler: every thread's operators and CUDA runtime calls, and the device's kernels. Runtime calls are
-     leaves on their thread, so their host times add up.
+     leaves on their thread, so their host times add up. A runtime call made inside an operator is counted on that
+     operator's thread; one made outside any (a CUDA event's query or synchronize from Python) came back with the
+     process's id on torch 2.11, so it is counted under main whichever thread made it: train.py's resolve thread
+     and --no-resolve-thread show the same 57 event queries a step under main.
   2. the main thread's Python calls, counted by a profile function (PythonCalls says why not the profiler's).
 A window of train.py's default 25 steps holds one calibration step, as a run's steps do.
 
