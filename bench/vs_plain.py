@@ -74,8 +74,8 @@ VARIANTS: dict[str, list[str]] = {
     # train.py on Lightning's Trainer, as it ran before --loop fabric became the default.
     "trainer_loop": ["--loop", "trainer"],
     "no_calibration": ["--calibration-steps", "0"],
-    # The harness's per-step work on the training loop's thread, between steps (the default on the CPU), or on its
-    # own thread during backward (the default on the GPU): the A/B of harness/train/step_worker.py either way.
+    # The harness's per-step work on the training loop's thread, between steps (the default), or on its own thread
+    # during backward (before 2026-12-07 the GPU's default): the A/B of harness/train/step_worker.py either way.
     "no_resolve_thread": ["--no-resolve-thread"],
     "resolve_thread": ["--resolve-thread"],
     # The timed noop hook: each pair is then also an A/B of train.py's own exposed-time estimate (issue 10), kept

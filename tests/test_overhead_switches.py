@@ -76,7 +76,7 @@ def test_log_every_writes_every_nth_step_and_the_summary_counts_all(tmp_path):
 
 @pytest.mark.slow
 def test_resolve_thread_logs_the_same_steps_as_the_loops_thread(tmp_path):
-    """The StepWorker (--resolve-thread; the default on the GPU only) resolves and logs off the loop's thread; a step
+    """The StepWorker (--resolve-thread; off by default) resolves and logs off the loop's thread; a step
     with a rank gather (a collective) stays on it. Both ways, on 2 gloo ranks, write the same steps under every tag
     and gather the same step."""
     written = {}

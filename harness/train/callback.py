@@ -21,10 +21,10 @@ and the CPU time of the work moved to the StepWorker's thread.
 
 Stamps of step k are resolved at the start of step k + 2 (and the rest at the end of training), so the
 GPU has long finished them and nothing here waits on it in the steady state. That work (resolving, aggregating,
-rank 0's TensorBoard event) runs, on the GPU, on the harness's own thread while step k + 2's backward runs
-(step_worker.py), and is waited for at step k + 3's start; a step whose work includes a rank gather (a
-collective, which must stay on the training loop's thread, in order with DDP's) or a timeline step resolves on
-the loop's thread, as every step does on the CPU or with --no-resolve-thread.
+rank 0's TensorBoard event) runs on the training loop's thread between steps; with --resolve-thread it runs on
+the harness's own thread while step k + 2's backward runs (step_worker.py), and is waited for at step k + 3's
+start, except for a step whose work includes a rank gather (a collective, which must stay on the training loop's
+thread, in order with DDP's) or a timeline step.
 
 When the run stops early (a failed or timed-out collective, a dead peer, an interrupt), `on_exception` names
 what was running (`activity()`: the phase, or the step and the gradient all_reduce in flight with its bucket
@@ -128,7 +128,7 @@ class CommTimingCallback(pl.Callback):
         self.gather_every = gather_every  # 0: never
         self.log_every = log_every
         self.clock = clock  # harness.train.trainer.WindowClock: the window the CPU costs are given over
-        # Resolve and log steps on a StepWorker during backward; None: on the GPU only (set in on_fit_start).
+        # Resolve and log steps on a StepWorker during backward; None: not (set in on_fit_start).
         self.resolve_thread = resolve_thread
         self._worker: StepWorker | None = None
         self._deferred_upto: int | None = None  # steps to resolve on the worker once backward starts
@@ -243,9 +243,10 @@ class CommTimingCallback(pl.Callback):
             self._step_log = StepLog(trainer.logger.experiment, self.world_size, self.log_every, self.timed_comm)
             self.timeline_step = self.last_measured_step(trainer.max_steps)
         if self.resolve_thread is None:
-            # On the GPU the loop's thread idles while autograd's device thread runs backward; on the CPU it runs
-            # backward itself, and a thread beside it only takes cores from it (docs/BENCHMARKS.md).
-            self.resolve_thread = self.state.use_cuda
+            # Off by default: on the CPU the loop's thread runs backward itself, and a thread beside it only takes
+            # cores from it; on an H200 at resnet50 batch 32 (a step the host bounds) train.py was 12 % slower with
+            # it in 3 of 3 rotations, and at batch 128 (the GPU's) no faster (docs/BENCHMARKS.md, 2026-12-06 23:04).
+            self.resolve_thread = False
             self.settings["resolve_thread"] = self.resolve_thread  # summary.json says which way the run went
         if self.resolve_thread:
             self._worker = StepWorker()

@@ -494,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=_default("resolve_thread"),
         help="resolve and log each step on a thread of the harness's own while backward runs (--no-resolve-thread: "
-        "on the training loop's thread, between steps; default: the thread on the GPU, the loop's thread on the CPU)",
+        "on the training loop's thread, between steps, the default)",
     )
     add(
         "--harness",

@@ -12,6 +12,11 @@ A thread that wants the GIL waits up to `sys.getswitchinterval()` (5 ms by defau
 let go, so a job could stall the hook, and every backward kernel launched after it, for as long as the job runs.
 While a job runs the interval is JOB_SWITCH_INTERVAL_S, which bounds that stall per bucket; the previous
 interval is put back when it ends.
+
+Off by default (train.py --resolve-thread turns it on): measured, it did not pay. On an H200 at resnet50 batch 32,
+where the host bounds the step, train.py was slower with it in 3 of 3 rotations (0.807 of a plain loop's speed
+against 0.907 without it), its autograd thread spending 1.3 ms more CPU a step; at batch 128 it was no faster
+(0.999 either way, 2 rotations); on the CPU it was slower in 6 of 8 (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
