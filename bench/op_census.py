@@ -57,8 +57,9 @@ AUTOGRAD_MARK = "autograd::engine::evaluate_function"
 
 
 def thread_label(tid: int, main_tid: int, autograd_tids: set[int]) -> str:
-    """A readable name for the profiler's thread id: main, autograd, or the thread's own name where the id is a
-    system one (CUDA runtime calls carry those), else the id."""
+    """A readable name for the profiler's thread id: main (the window's marker's thread, or the process's id, which
+    runtime calls outside any operator came back with), autograd (a thread that ran autograd's nodes), the name of a
+    thread of this process with that id, else the id."""
     if tid in (main_tid, os.getpid()):
         return "main"
     if tid in autograd_tids:
@@ -109,8 +110,9 @@ class PythonCalls:
     Why not torch.profiler's Python tracer (`with_stack`): in train.py's process it corrupted the heap on torch 2.14
     (glibc's "free(): invalid next size" in the first garbage collection after the window). A profile function slows
     the thread many times over, so its window is apart from the one whose runtime call times are read; the counts
-    are exact either way. It sees the main thread only: autograd's thread runs the comm hook's Python under a thread
-    state that pybind11 makes for each call, which no profile function reaches."""
+    are exact either way. `sys.setprofile` sets the calling thread's function only, so the comm hooks' Python on
+    autograd's thread is not counted. A generator's every resume is a call event: a recursive walk such as
+    `Module.named_modules` counts once per module per level."""
 
     def __init__(self) -> None:
         self.counts: collections.Counter[str] = collections.Counter()

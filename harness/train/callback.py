@@ -128,7 +128,7 @@ class CommTimingCallback(pl.Callback):
         self.gather_every = gather_every  # 0: never
         self.log_every = log_every
         self.clock = clock  # harness.train.trainer.WindowClock: the window the CPU costs are given over
-        # Resolve and log steps on a StepWorker during backward; None: not (set in on_fit_start).
+        # Resolve and log steps on a StepWorker during backward; None: the default, off (set in on_fit_start).
         self.resolve_thread = resolve_thread
         self._worker: StepWorker | None = None
         self._deferred_upto: int | None = None  # steps to resolve on the worker once backward starts
@@ -244,7 +244,7 @@ class CommTimingCallback(pl.Callback):
             self.timeline_step = self.last_measured_step(trainer.max_steps)
         if self.resolve_thread is None:
             # Off by default: on the CPU the loop's thread runs backward itself, and a thread beside it only takes
-            # cores from it; on an H200 at resnet50 batch 32 (a step the host bounds) train.py was 12 % slower with
+            # cores from it; on an H200 at resnet50 batch 32 (a step the host bounds) train.py was 13 % slower with
             # it in 3 of 3 rotations, and at batch 128 (the GPU's) no faster (docs/BENCHMARKS.md, 2026-12-06 23:04).
             self.resolve_thread = False
             self.settings["resolve_thread"] = self.resolve_thread  # summary.json says which way the run went
