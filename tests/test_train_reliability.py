@@ -318,7 +318,7 @@ LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1
 @pytest.mark.slow
 @pytest.mark.parametrize("where", [(), ("--resolve-thread",)], ids=["loop-thread", "resolve-thread"])
 def test_ctrl_c_keeps_the_measurements_and_leaves_no_rank(tmp_path, where):
-    """Also with the steps resolved on the harness's own thread (the GPU's default), which the interrupted main
+    """Also with the steps resolved on the harness's own thread (--resolve-thread), which the interrupted main
     thread may be waiting for."""
     proc, logdir = start_train(tmp_path, LAUNCHERS["standalone"], where, MY_API_TOKEN=SECRET, OMP_WAIT_POLICY="PASSIVE")
     pids = wait_for_steps(proc, tmp_path, logdir)
