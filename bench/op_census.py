@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.vs_plain import PLAIN_VARIANTS, VARIANTS
+from bench.vs_plain import PLAIN_VARIANTS, VARIANTS, common_args
 from harness.common.cli import OneLineParser, UsageError, run_cli
 from harness.common.dist_env import apply_safe_nccl_env, lone_rank_env
 
@@ -195,8 +195,7 @@ def run_variant(args: argparse.Namespace, name: str, out: Path, scratch: Path) -
     """One variant's process; its census (the JSON the windows wrote), named."""
     program, extra = PROGRAMS[name]
     total = args.start + 2 * args.steps + 3  # the run ends a few steps after the windows
-    argv = ["--model", args.model, "--batch-size", str(args.batch_size), *extra]
-    argv += ["--image-size", str(args.image_size)] if args.image_size else []
+    argv = [*common_args(args), *extra]
     if program == "train.py":
         argv += ["--max-steps", str(total), "--logdir", str(scratch / "runs"), "--run-name", name]
     else:

@@ -115,7 +115,7 @@ class CommTimingCallback(pl.Callback):
         gather_every: int = 0,
         log_every: int = 1,
         clock: Any = None,
-        resolve_thread: bool | None = None,
+        resolve_thread: bool = False,
     ) -> None:
         self.hook_name = hook_name
         self.timed_comm = hook_name != NO_HOOK  # False: no hook at all, steps timed only
@@ -128,7 +128,8 @@ class CommTimingCallback(pl.Callback):
         self.gather_every = gather_every  # 0: never
         self.log_every = log_every
         self.clock = clock  # harness.train.trainer.WindowClock: the window the CPU costs are given over
-        # Resolve and log steps on a StepWorker during backward; None: the default, off (set in on_fit_start).
+        # Resolve and log steps on a StepWorker during backward (TrainConfig.resolve_thread says why it is off by
+        # default); the worker starts in on_fit_start.
         self.resolve_thread = resolve_thread
         self._worker: StepWorker | None = None
         self._deferred_upto: int | None = None  # steps to resolve on the worker once backward starts
@@ -242,12 +243,6 @@ class CommTimingCallback(pl.Callback):
         if trainer.is_global_zero and trainer.logger is not None:
             self._step_log = StepLog(trainer.logger.experiment, self.world_size, self.log_every, self.timed_comm)
             self.timeline_step = self.last_measured_step(trainer.max_steps)
-        if self.resolve_thread is None:
-            # Off by default: on the CPU the loop's thread runs backward itself, and a thread beside it only takes
-            # cores from it; on an H200 at resnet50 batch 32 (a step the host bounds) train.py was 13 % slower with
-            # it in 3 of 3 rotations, and at batch 128 (the GPU's) no faster (docs/BENCHMARKS.md, 2026-12-06 23:04).
-            self.resolve_thread = False
-            self.settings["resolve_thread"] = self.resolve_thread  # summary.json says which way the run went
         if self.resolve_thread:
             self._worker = StepWorker()
         self.phase = "the first step (under the Trainer, Lightning's barrier before it)"

@@ -93,10 +93,11 @@ class TrainConfig:
     log_every: int = 1
     """Rank 0 writes the per-step scalars of every this many steps only; summary.json still uses every step."""
     progress_bar: bool = True
-    resolve_thread: bool | None = None
+    resolve_thread: bool = False
     """Resolve and log each step on the harness's own thread while backward runs; False: on the training loop's
-    thread, between steps. None: on the GPU only, where the loop's thread idles in backward (on the CPU it runs
-    backward itself, and the thread only competes with it for cores: docs/BENCHMARKS.md)."""
+    thread, between steps. Off by default: on the CPU the loop's thread runs backward itself and the thread only
+    competes with it for cores; on an H200 at resnet50 batch 32 (a step the host bounds) train.py was 13 % slower
+    with it in 3 of 3 rotations, and at batch 128 no faster (docs/BENCHMARKS.md, 2026-12-06 23:04)."""
     window_start: int | None = None
     """Wall and CPU time per step are reported from the start of this step to the start of the last one; None:
     the first step after warm-up and the calibration block (set by resolve())."""
