@@ -3,14 +3,18 @@
     torchrun --standalone --nproc-per-node 1 -m bench.plain_ddp --model resnet50 --batch-size 128 --steps 300
     torchrun --standalone --nproc-per-node 2 -m bench.plain_ddp --model resnet18 --batch-size 4 --image-size 64
     torchrun --standalone --nproc-per-node 1 -m bench.plain_ddp --comm-hook allreduce   # torch's own Python hook
+    torchrun --standalone --nproc-per-node 1 -m bench.plain_ddp --comm-hook cpp_allreduce   # its C++ twin
 
 What a user without the harness would write: the same registry model, synthetic batch on the device, SGD
 with momentum, DDP with its defaults, bf16 autocast and channels_last on the GPU (fp32 on the CPU),
 cudnn.benchmark on the GPU. With --comm-hook allreduce, torch's own `allreduce_hook` (untimed Python, the same
 sum DDP's built-in path runs) replaces DDP's built-in all_reduce: what any Python comm hook costs, the harness's
-timed one included, before it times anything. Rank 0 prints one JSON line: wall ms per step from the start of step
---window-start to the start of the last step (the device drained at both ends), and the CPU ms per step of
-the main thread, of the whole process and of each thread (harness.common.thread_cpu) over the same window.
+timed one included, before it times anything. With --comm-hook cpp_allreduce, torch's C++ ALLREDUCE hook
+(`_register_builtin_comm_hook`) does the same with no Python: DDP takes its comm-hook path (it copies each gradient
+into its bucket instead of scaling it there), so the two hooks' difference is the Python call on the autograd thread.
+Rank 0 prints one JSON line: wall ms per step from the start of step --window-start to the start of the last step
+(the device drained at both ends), and the CPU ms per step of the main thread, of the whole process and of each
+thread (harness.common.thread_cpu) over the same window.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ from harness.common.dist_env import apply_safe_nccl_env
 from harness.common.thread_cpu import WAITS_KEY, read_clocks, window_times
 from models import get_model_spec
 
-# --comm-hook: DDP's built-in all_reduce (C++), or torch's own Python allreduce_hook.
-COMM_HOOKS = ("builtin", "allreduce")
+# --comm-hook: DDP's built-in all_reduce (C++, no hook), torch's own Python allreduce_hook, or torch's C++
+# ALLREDUCE comm hook.
+COMM_HOOKS = ("builtin", "allreduce", "cpp_allreduce")
 
 
 @dataclass
@@ -74,6 +79,8 @@ def build_loop(
     ddp = DDP(model, device_ids=[device.index] if cuda else None)
     if comm_hook == "allreduce":
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    elif comm_hook == "cpp_allreduce":
+        ddp._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     inputs, targets = spec.make_batch(batch_size, device, dist.get_rank(), image_size=image_size)
     batch = (inputs.contiguous(memory_format=memory_format), targets)

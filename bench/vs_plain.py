@@ -13,7 +13,8 @@ under `torchrun --standalone --nproc-per-node N`, in an order that rotates from 
 that drifts favours none of them. The ready-made variants (VARIANTS, chosen with --variants) change one thing
 each, so that train.py's gap to the plain loop can be attributed; `lean` turns on every switch that lowers the
 harness's cost while it still measures communication. `plain_torch_hook` is the hand-written loop itself with
-torch's own untimed Python `allreduce_hook`: what any Python comm hook costs before anything is timed.
+torch's own untimed Python `allreduce_hook`: what any Python comm hook costs before anything is timed;
+`plain_cpp_hook` the loop with torch's C++ ALLREDUCE hook, the same comm-hook path without the Python.
 --variant NAME="ARGS" adds any other train.py variant.
 
 All are timed over the same window, from the start of step --window-start to the start of the last step, by
@@ -86,7 +87,11 @@ VARIANTS: dict[str, list[str]] = {
     "lean": ["--no-progress-bar", "--log-every", "50", "--calibration-steps", "0", "--gather-every", "0"],
 }
 # Variants of the hand-written loop itself (each a bench.plain_ddp argument list).
-PLAIN_VARIANTS: dict[str, list[str]] = {"plain_torch_hook": ["--comm-hook", "allreduce"]}
+PLAIN_VARIANTS: dict[str, list[str]] = {
+    "plain_torch_hook": ["--comm-hook", "allreduce"],
+    # torch's C++ ALLREDUCE hook: DDP's comm-hook path with no Python, against plain_torch_hook.
+    "plain_cpp_hook": ["--comm-hook", "cpp_allreduce"],
+}
 KNOWN_VARIANTS = {**VARIANTS, **PLAIN_VARIANTS}  # what --variants may name
 # A pair's JSON line holds a result per run, under its variant's name, beside these.
 RECORD_KEYS = {"plain", "pair", "order", "plain_over", "variants"}
