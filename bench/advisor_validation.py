@@ -73,6 +73,8 @@ def workload_args(args: argparse.Namespace) -> list[str]:
         extra += ["--batch-size", str(args.batch_size)]
     if args.seq_len:
         extra += ["--seq-len", str(args.seq_len)]
+    if args.cpu_threads:
+        extra += ["--cpu-threads", str(args.cpu_threads)]
     return extra
 
 
@@ -496,6 +498,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--seq-len", type=int, help="token models: the sequence length")
     parser.add_argument("--max-steps", type=int, default=30)
+    parser.add_argument(
+        "--cpu-threads",
+        type=int,
+        help="train.py's --cpu-threads for every run: with --extrapolate on a host with a core per thread, each "
+        "rank computes alike at every world size, as the prediction assumes (default: train.py's share of the cores)",
+    )
     parser.add_argument("--calibration-every", type=int, default=10, help="more compute-only samples than the default")
     parser.add_argument("--caps", default="1,5,25,100")
     parser.add_argument("--hooks", default="allreduce,fp16")
@@ -549,6 +557,8 @@ def main() -> None:
         parser.error(f"--extrapolate takes world sizes such as 3,4, not {args.extrapolate!r}")
     if min([args.nproc, *sizes]) < 2:
         parser.error("--nproc and --extrapolate: world sizes of 2 or more (nothing is communicated at 1)")
+    if args.cpu_threads is not None and args.cpu_threads < 1:
+        parser.error(f"--cpu-threads takes a positive number of threads, not {args.cpu_threads}")
     if args.drop_drifted is not None and not args.drop_drifted > 0:
         parser.error(f"--drop-drifted takes a percentage above 0, not {args.drop_drifted:g}")
     if args.resume and args.reuse:

@@ -61,6 +61,7 @@ REPEATED_SETTINGS = (
     ("seq_len", "--seq-len"),
     ("data_dir", "--data-dir"),
     ("seed", "--seed"),
+    ("cpu_threads", "--cpu-threads"),
     ("calibration_steps", "--calibration-steps"),
     ("calibration_every", "--calibration-every"),
     ("timeout_s", "--timeout"),

@@ -727,3 +727,13 @@ def test_a_cap_is_written_as_given_and_ddp_gets_the_same_bytes(cap_mb):
     assert candidate.bucket_cap_mb == cap_mb
     assert int(candidate.bucket_cap_mb * MIB) == candidate.limits_bytes[-1] == int(cap_mb * MIB)
     assert candidate.label == f"{cap_mb:g} MiB"
+
+
+def test_verify_repeats_the_runs_cpu_threads_and_leaves_them_to_train_py_where_it_chose():
+    """--verify's runs must compute as the base run did: a base run given --cpu-threads passes it on; one that let
+    train.py share the cores (None in its settings) lets the verification runs do the same."""
+    from harness.advise import repeated_args
+
+    fixed = repeated_args({"batch_size": 8, "cpu_threads": 4})
+    assert fixed[fixed.index("--cpu-threads") + 1] == "4"
+    assert "--cpu-threads" not in repeated_args({"batch_size": 8, "cpu_threads": None})

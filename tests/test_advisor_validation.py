@@ -89,6 +89,7 @@ def test_pool_prints_each_report_and_all_of_them_and_refuses_a_file_without_a_gr
         (["--two-hosts", "800", "--nproc", "3"], "two hosts joined by one link run 2 ranks"),
         (["--two-hosts", "800", "--switch", "--extrapolate", "1,3"], "world sizes of 2 or more"),
         (["--extrapolate", "3,four"], "--extrapolate takes world sizes such as 3,4, not '3,four'"),
+        (["--cpu-threads", "0"], "--cpu-threads takes a positive number of threads, not 0"),
     ],
 )
 def test_world_sizes_on_namespace_hosts_need_the_switch(tmp_path, flags, message):

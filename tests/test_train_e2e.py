@@ -176,7 +176,7 @@ def test_fp16_hook_halves_bytes_with_accumulation(tmp_path):
     proc = run_train(
         [
             "--model", "gpt_tiny", "--max-steps", "5", "--comm-hook", "fp16", "--accumulate-grad-batches", "2",
-            "--calibration-steps", "0",
+            "--calibration-steps", "0", "--cpu-threads", "2",
         ],
         tmp_path,
     )  # fmt: skip
@@ -187,8 +187,12 @@ def test_fp16_hook_halves_bytes_with_accumulation(tmp_path):
     assert [e.value for e in acc.Scalars(tags.BYTES)] == [2 * params] * 3
     # The cast to fp16 and the copy back are the hook's own compute, timed apart from the collective.
     assert all(e.value > 0 for e in acc.Scalars(tags.CODEC_MS))
-    # The OpenMP note: only where a rank has several threads (more cores than ranks) and their teams may spin.
-    threads = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())["ranks"][0]["intra_op_threads"]
+    # --cpu-threads 2 gives every rank 2 threads, whatever the cores (2 ranks on 2 cores would get 1 each).
+    summary = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())
+    assert [rank["intra_op_threads"] for rank in summary["ranks"]] == [2, 2]
+    assert summary["settings"]["cpu_threads"] == 2
+    # The OpenMP note: only where a rank has several threads and their teams may spin.
+    threads = summary["ranks"][0]["intra_op_threads"]
     noted = "note: the fp16 hook on CPU ranks here (" in proc.stdout
     assert noted == teams_spin(threads, os.environ), proc.stdout
 

@@ -63,6 +63,7 @@ MISTAKES = {
     "timeout": (["--timeout", "0"], "--timeout must be a positive number of seconds, got 0.0"),
     "timeout-inf": (["--timeout", "inf"], "--timeout must be a positive number of seconds, got inf"),
     "calibration": (["--calibration-steps", "-1"], "--calibration-steps must be 0 or more, got -1"),
+    "cpu-threads": (["--cpu-threads", "0"], "--cpu-threads must be a positive integer, got 0"),
     "seed": (["--seed", "-1"], "--seed must be an integer from 0 to 2**62, got -1"),
     "not-a-number": (["--batch-size", "many"], "argument --batch-size: invalid int value: 'many'"),
     "seq-len": (["--model", "gpt_tiny", "--seq-len", "100000"], "--seq-len 100000 is out of range for gpt_tiny"),

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 
 # Every setting that changes what a step does or how its gradients travel. Left out, on purpose: the seed (other
-# values, the same work), and what only changes the measurement around the steps (calibration, gathers, logging,
-# the progress bar, the window, the timeout, where the run is written). The step count is in: the run's medians
+# values, the same work), the CPU threads (the same work, faster or slower, as on another host), and what only
+# changes the measurement around the steps (calibration, gathers, logging, the progress bar, the window, the
+# timeout, where the run is written). The step count is in: the run's medians
 # and its calibration samples come from that many steps, and the issue that asked for this counted two runs of
 # 20 and 200 steps as repeats of one configuration that they are not.
 WORKLOAD_SETTINGS = (

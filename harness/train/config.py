@@ -76,6 +76,10 @@ class TrainConfig:
     channels_last: bool | None = None
     """Image models in channels-last layout; default on for GPUs."""
     seed: int = 0
+    cpu_threads: int | None = None
+    """Intra-op threads of each rank; None: on the CPU, the cores this process may use divided by the ranks on this
+    host (on a GPU, torch's own default). Fixed, each rank computes alike at any world size on a host with a core
+    per thread: what a prediction of other world sizes from one run assumes (harness.advise --world-size)."""
     logdir: str = "runs"
     run_name: str | None = None
     timeout_s: float = 600.0
@@ -123,6 +127,7 @@ class TrainConfig:
             ("--image-size", self.image_size),
             ("--seq-len", self.seq_len),
             ("--log-every", self.log_every),
+            ("--cpu-threads", self.cpu_threads),
         ):
             if value is not None and value < 1:
                 raise UsageError(f"{flag} must be a positive integer, got {value}")
@@ -444,6 +449,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=_default("seed"),
         help="seed for weights; each rank's synthetic data uses seed + rank",
+    )
+    add(
+        "--cpu-threads",
+        type=int,
+        help="intra-op threads of each rank (default on CPU: the cores this process may use divided by the ranks "
+        "on this host); fixed, each rank computes alike at any world size, given a core per thread",
     )
     add("--logdir", default=_default("logdir"), help="TensorBoard log root")
     add(

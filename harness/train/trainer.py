@@ -60,6 +60,8 @@ def prepare_process_env(cfg: TrainConfig) -> None:
         # to shares of one machine (tests/two_host_train.py) would otherwise each run too many.
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         torch.set_num_threads(max(1, cores // max(1, cfg.devices)))
+    if cfg.cpu_threads:  # --cpu-threads: the user's count, on the CPU and beside a GPU alike
+        torch.set_num_threads(cfg.cpu_threads)
     if cfg.harness == "off":  # nothing is written: no run directory (drop the one train.py claimed, if empty)
         _drop_empty_run_dir(cfg)
     elif dist_env.detect().rank == 0:  # the one rank that writes into the run's directory claims it
