@@ -76,7 +76,7 @@ VARIANTS: dict[str, list[str]] = {
     "trainer_loop": ["--loop", "trainer"],
     "no_calibration": ["--calibration-steps", "0"],
     # The harness's per-step work on the training loop's thread, between steps (the default), or on its own thread
-    # during backward (the GPU's default until 2026-12-06, 23:35 UTC): the A/B of harness/train/step_worker.py.
+    # during backward (the GPU's default until 2026-12-06, 23:36 UTC): the A/B of harness/train/step_worker.py.
     "no_resolve_thread": ["--no-resolve-thread"],
     "resolve_thread": ["--resolve-thread"],
     # The timed noop hook: each pair is then also an A/B of train.py's own exposed-time estimate (issue 10), kept

@@ -52,16 +52,16 @@ def prepare_process_env(cfg: TrainConfig) -> None:
         for key, value in NCCL_ERROR_HANDLING_ENV.items():
             if os.environ.get(key, "0") == "0":
                 os.environ[key] = value
-    else:
-        if cfg.launcher == "none":
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    elif cfg.launcher == "none":
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if cfg.cpu_threads:  # --cpu-threads: the user's count, on the CPU and beside a GPU alike
+        torch.set_num_threads(cfg.cpu_threads)
+    elif not cfg.use_gpu:
         # One process per core share on CPU: more threads than cores makes ranks starve each other. The cores
         # are those this process may run on (a cpuset, taskset), not all the machine's: simulated hosts pinned
         # to shares of one machine (tests/two_host_train.py) would otherwise each run too many.
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         torch.set_num_threads(max(1, cores // max(1, cfg.devices)))
-    if cfg.cpu_threads:  # --cpu-threads: the user's count, on the CPU and beside a GPU alike
-        torch.set_num_threads(cfg.cpu_threads)
     if cfg.harness == "off":  # nothing is written: no run directory (drop the one train.py claimed, if empty)
         _drop_empty_run_dir(cfg)
     elif dist_env.detect().rank == 0:  # the one rank that writes into the run's directory claims it
