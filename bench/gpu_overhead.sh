@@ -7,8 +7,9 @@
 #   3. with PROFILE=1, bench.host_profile: py-spy samples of train.py and of Lightning alone, every thread's
 #      Python sorted into the harness's work and the rest (where the pairs' gap goes);
 #   4. bench.vs_plain pairs: train.py against the hand-written loop, process by process (issue 11).
-# Usage: OUT=dir [VARIANTS=a,b] [PAIRS_S=seconds] [PROFILE=1] bash bench/gpu_overhead.sh [pairs] [batch] [long-run
-# steps, 0: none]. VARIANTS=noop makes each pair also an A/B of the exposed time train.py reports.
+# Usage: OUT=dir [VARIANTS=a,b] [PAIRS_S=seconds] [PROFILE=1] [CPUS=0-5|cores:6] bash bench/gpu_overhead.sh [pairs]
+# [batch] [long-run steps, 0: none]. VARIANTS=noop makes each pair also an A/B of the exposed time train.py reports;
+# CPUS pins every pair's runs to the same CPUs (bench.vs_plain --cpus). Each CPU's speed is probed first, in turn.
 # google-crc32c and py-spy are installed from ./.wheels (pip download them there) where the image lacks them and
 # has no index.
 set -u
@@ -47,6 +48,18 @@ if [ "$LONG" -gt 0 ]; then
   cp "$RUNS"/runs/long/*/summary.json "$OUT/long_b$BATCH.json" 2>/dev/null
   ls -l "$RUNS"/runs/long/*/events.out.tfevents.* | awk '{print "# event file bytes:", $5}'
 fi
+python - <<'PY'
+import os
+from bench.vs_plain import cpu_probe_ms, physical_core
+allowed = sorted(os.sched_getaffinity(0))
+speeds = []
+for cpu in allowed:
+    os.sched_setaffinity(0, {cpu})
+    speeds.append(f"{cpu}:{cpu_probe_ms():.0f}")
+os.sched_setaffinity(0, allowed)
+print(f"# {len(allowed)} CPUs on {len({physical_core(cpu) for cpu in allowed})} physical cores; a fixed Python loop "
+      f"on each, ms: {' '.join(speeds)}")
+PY
 # Pairs are appended to the .jsonl as each completes; PAIRS_S bounds this part, keeping the pairs done by then.
 timeout "${PAIRS_S:-3600}" python -m bench.vs_plain --model resnet50 --batch-size "$BATCH" --pairs "$PAIRS" \
-  ${VARIANTS:+--variants "$VARIANTS"} --out "$OUT/pairs_b$BATCH.jsonl" 2>&1 | tail -25
+  ${VARIANTS:+--variants "$VARIANTS"} ${CPUS:+--cpus "$CPUS"} --out "$OUT/pairs_b$BATCH.jsonl" 2>&1 | tail -25

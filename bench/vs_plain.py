@@ -6,6 +6,7 @@
     python -m bench.vs_plain --pairs 4 --variants no_hook,lean --variant mine="--bucket-cap-mb 5"
     python -m bench.vs_plain --pairs 8 --variants plain_torch_hook,lightning_alone    # where the gap comes from
     python -m bench.vs_plain --pairs 4 --variants fabric_alone,lightning_no_bar,trainer_loop  # the two loops
+    python -m bench.vs_plain --pairs 8 --cpus cores:6      # every run on the same 6 CPUs, one per physical core
     python -m bench.vs_plain --report call1/pairs.jsonl call2/pairs.jsonl   # the pairs of several calls, pooled
 
 Each pair runs bench.plain_ddp, train.py as shipped, and every variant (train.py with other arguments), each
@@ -28,6 +29,11 @@ Each run also keeps when it started (UTC), the host's 1-minute load average just
 time (process_s, start-up included), the host's CPU over the run: the share busy and the share a hypervisor
 stole (/proc/stat), and how fast a fixed Python loop ran just before and after it (cpu_probe_ms), so that a slow
 run can be set against how busy the host was and how fast its CPU ran.
+
+With --cpus, every run (and the probe) is pinned to the same CPUs: where the scheduler puts a run's threads is
+then not a difference between runs. On a host whose CPUs differ in speed, or whose hyperthreads share a core, a
+host-bound step (resnet50 at batch 32 on a GPU) otherwise differs from process to process by more than the
+effect being measured. `cores:N` picks N CPUs of distinct physical cores, the lowest-numbered first.
 
 The ratio of a pair is plain ms / variant ms (1.0: it costs nothing; 0.97: 3% slower). Printed: each pair as a
 JSON line (also appended to --out as it completes, so an interrupted bench keeps what it measured), then a
@@ -94,7 +100,7 @@ PLAIN_VARIANTS: dict[str, list[str]] = {
 }
 KNOWN_VARIANTS = {**VARIANTS, **PLAIN_VARIANTS}  # what --variants may name
 # A pair's JSON line holds a result per run, under its variant's name, beside these.
-RECORD_KEYS = {"plain", "pair", "order", "plain_over", "variants"}
+RECORD_KEYS = {"plain", "pair", "order", "plain_over", "variants", "cpus"}
 # Per run: what its result holds, and the table's column for it.
 COLUMNS = {
     "ms_per_step": "ms/step",
@@ -199,6 +205,47 @@ def is_measured_run(argv: list[bytes]) -> bool:
     return any(arg == b"train.py" or arg.endswith(b"/train.py") or arg == b"bench.plain_ddp" for arg in argv[1:])
 
 
+CPU_TOPOLOGY = Path("/sys/devices/system/cpu")
+
+
+def physical_core(cpu: int, topology: Path = CPU_TOPOLOGY) -> tuple[str, str]:
+    """The (package, core) a logical CPU belongs to: two hyperthreads of one core share it. A CPU whose topology
+    the kernel does not show counts as a core of its own."""
+    base = topology / f"cpu{cpu}" / "topology"
+    try:
+        return (base / "physical_package_id").read_text().strip(), (base / "core_id").read_text().strip()
+    except OSError:
+        return "cpu", str(cpu)
+
+
+def pick_cpus(spec: str, allowed: set[int], topology: Path = CPU_TOPOLOGY) -> list[int]:
+    """The CPUs --cpus names: a list such as "0-3,8", or "cores:N", N CPUs each of a different physical core (the
+    lowest-numbered CPU of each, in order), from those this process may run on. ValueError, in words, where the
+    spec is malformed or names CPUs this process may not use."""
+    if spec.startswith("cores:"):
+        count = spec.removeprefix("cores:")
+        if not count.isdigit() or int(count) < 1:
+            raise ValueError(f"{spec!r}: give cores:N with N a positive integer")
+        picked, seen = [], set()
+        for cpu in sorted(allowed):
+            core = physical_core(cpu, topology)
+            if core not in seen:
+                seen.add(core)
+                picked.append(cpu)
+        if len(picked) < int(count):
+            raise ValueError(f"{spec!r}: this process may run on {len(picked)} physical cores only")
+        return picked[: int(count)]
+    cpus: set[int] = set()
+    for part in spec.split(","):
+        low, dash, high = part.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(f"{spec!r}: give CPUs as a list such as 0-3,8, or cores:N")
+        cpus.update(range(int(low), int(high if dash else low) + 1))
+    if not cpus or not cpus <= allowed:
+        raise ValueError(f"{spec!r}: this process may run on CPUs {sorted(allowed)} only")
+    return sorted(cpus)
+
+
 def torchrun(nproc: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
 
@@ -291,9 +338,10 @@ def pick_variants(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     return variants
 
 
-def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
+def report(rows: list[dict], variants: dict[str, list[str]], pinned: list[list[int] | None] | None = None) -> str:
     """Per variant: the median plain/variant ratio with its p10–p90 over the pairs, the median ms, CPU ms and CPU
-    wait ms per step; and the plain loop's own spread across the pairs."""
+    wait ms per step; and the plain loop's own spread across the pairs. `pinned`: each pair's --cpus (None: not
+    pinned), said in a line."""
     plain = [row["plain"]["ms_per_step"] for row in rows]
     spread = (max(plain) - min(plain)) / percentile(plain, 50) * 100
     ratios = {name: [row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for row in rows] for name in variants}
@@ -329,6 +377,10 @@ def report(rows: list[dict], variants: dict[str, list[str]]) -> str:
         if shares:
             lines.append(f"# host CPU {what} during each run (start-up included): p50 {percentile(shares, 50):.3g} "
                          f"%, from {min(shares):.3g} to {max(shares):.3g} %")  # fmt: skip
+    if pinned:
+        kinds = {tuple(cpus) if cpus else None for cpus in pinned}
+        said = ["not pinned" if cpus is None else "CPUs " + ",".join(map(str, cpus)) for cpus in kinds]
+        lines.append(f"# where the runs could run (--cpus): {'; '.join(sorted(said))}")
     leftovers = sum(run.get("leftover_processes", 0) for row in rows for run in row.values())
     lines.append(f"# processes of earlier runs still alive when a run started: {leftovers} in all")
     lines.append(
@@ -402,7 +454,7 @@ def thread_table(rows: list[dict], names: list[str], columns: int = 6) -> list[s
 def report_of_files(paths: list[Path], parser: argparse.ArgumentParser) -> str:
     """The table of every pair in these --out files, in the order written: pairs of several calls pooled. Only
     the variants every pair ran are tabled."""
-    rows, variants = [], {}
+    rows, variants, pinned = [], {}, []
     for path in paths:
         try:
             lines = path.read_text().splitlines()
@@ -413,6 +465,7 @@ def report_of_files(paths: list[Path], parser: argparse.ArgumentParser) -> str:
                 record = json.loads(line)
                 names = [name for name in record["order"] if name != "plain"]
                 rows.append({name: record[name] for name in record["order"]})
+                pinned.append(record.get("cpus"))
             except (ValueError, KeyError, TypeError):
                 parser.error(f"--report: {path}:{number} is not a pair that bench.vs_plain wrote")
             # Lines written before the arguments were recorded: the ready-made variants' own, train.py as shipped.
@@ -422,7 +475,7 @@ def report_of_files(paths: list[Path], parser: argparse.ArgumentParser) -> str:
     if not rows:
         parser.error("--report: no pairs in " + ", ".join(map(str, paths)))
     common = {name: extra for name, extra in variants.items() if all(name in row for row in rows)}
-    return report(rows, common)
+    return report(rows, common, pinned)
 
 
 PROG = "python -m bench.vs_plain"
@@ -442,6 +495,8 @@ def main() -> None:
                         help="also run train.py with these extra arguments in every pair")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600, help="seconds allowed for one run")
     parser.add_argument("--out", help="append one JSON line per pair here, as each pair completes")
+    parser.add_argument("--cpus", metavar="LIST|cores:N",
+                        help="pin every run to these CPUs (0-3,8), or N CPUs of N physical cores")  # fmt: skip
     parser.add_argument("--report", nargs="+", metavar="JSONL",
                         help="run nothing: print the table of the pairs in these --out files, pooled")  # fmt: skip
     args = parser.parse_args()
@@ -451,6 +506,15 @@ def main() -> None:
     if not 0 <= args.window_start < args.steps - 1:
         parser.error("--window-start must be at least 0 and below --steps - 1")
     variants = pick_variants(args, parser)
+    cpus = None
+    if args.cpus:
+        if not hasattr(os, "sched_setaffinity"):
+            parser.error("--cpus: this system cannot pin a process to CPUs")
+        try:
+            cpus = pick_cpus(args.cpus, os.sched_getaffinity(0))
+        except ValueError as error:
+            parser.error(f"--cpus: {error}")
+        os.sched_setaffinity(0, cpus)  # every run is a child of this process, and inherits it
     names = ["plain", *variants]
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -471,12 +535,12 @@ def main() -> None:
                 row[name]["cpu_probe_ms_after"] = cpu_probe_ms()
             rows.append(row)
             ratios = {name: row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for name in variants}
-            record = {"pair": pair, "order": order, **row, "plain_over": ratios, "variants": variants}
+            record = {"pair": pair, "order": order, **row, "plain_over": ratios, "variants": variants, "cpus": cpus}
             print(json.dumps(record), flush=True)
             if args.out:
                 with open(args.out, "a") as out:
                     out.write(json.dumps(record) + "\n")
-    print(report(rows, variants), flush=True)
+    print(report(rows, variants, [cpus] * len(rows)), flush=True)
 
 
 if __name__ == "__main__":

@@ -200,3 +200,49 @@ def test_the_cpu_probe_runs_slower_on_a_cpu_shared_with_a_busy_process():
         pytest.skip(f"{cpu=} was never free of other tasks for the probe alone (waited {waited:.1f} of {took:.1f} ms)")
     shared, _, _ = probe_on(cpu, hog=True)
     assert shared >= 1.4 * alone, (alone, shared)
+
+
+def fake_topology(root: Path, cores: dict[int, int]) -> Path:
+    """A sysfs-shaped CPU topology: logical CPU -> its core's id, all on package 0."""
+    for cpu, core in cores.items():
+        base = root / f"cpu{cpu}" / "topology"
+        base.mkdir(parents=True)
+        (base / "physical_package_id").write_text("0\n")
+        (base / "core_id").write_text(f"{core}\n")
+    return root
+
+
+def test_pick_cpus_takes_one_cpu_of_each_physical_core_or_the_list_given(tmp_path):
+    from bench.vs_plain import pick_cpus
+
+    # Hyperthreads numbered as Linux numbers them on many hosts: CPUs 0-3 the first thread of cores 0-3, 4-7 their
+    # second threads.
+    topology = fake_topology(tmp_path, {cpu: cpu % 4 for cpu in range(8)})
+    allowed = set(range(8))
+    assert pick_cpus("cores:3", allowed, topology) == [0, 1, 2]
+    assert pick_cpus("cores:2", {1, 5, 6, 2}, topology) == [1, 2]  # 5 shares core 1 with CPU 1
+    with pytest.raises(ValueError, match="4 physical cores only"):
+        pick_cpus("cores:5", allowed, topology)
+    assert pick_cpus("0-2,6", allowed, topology) == [0, 1, 2, 6]
+    for bad in ("cores:0", "cores:x", "a-b", "1-", "", "9"):
+        with pytest.raises(ValueError):
+            pick_cpus(bad, allowed, topology)
+
+
+def test_cpus_the_process_may_not_use_get_a_one_line_error():
+    cmd = [sys.executable, "-m", "bench.vs_plain", "--pairs", "1", "--cpus", "100000"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--cpus: '100000': this process may run on CPUs" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_report_says_where_the_runs_were_pinned(tmp_path):
+    pinned, free = tmp_path / "pinned.jsonl", tmp_path / "free.jsonl"
+    record = json.loads(pair(0, 30.0, 30.0))
+    pinned.write_text(json.dumps({**record, "cpus": [0, 2]}) + "\n")
+    free.write_text(pair(1, 30.0, 30.0))
+    proc = report(pinned)
+    assert proc.returncode == 0, proc.stderr
+    assert "# where the runs could run (--cpus): CPUs 0,2" in proc.stdout
+    assert "# where the runs could run (--cpus): CPUs 0,2; not pinned" in report(pinned, free).stdout
