@@ -5,6 +5,10 @@
 
 The variants are DDP copies of one model with the same weights and batch:
 - plain: DDP's own built-in (C++) reduction, no hook;
+- cpp_hook: torch's C++ ALLREDUCE comm hook (`DDP._register_builtin_comm_hook`): DDP's comm-hook path with no
+  Python. With any comm hook DDP copies each gradient into its bucket (a copy, on the GPU a cudaMemcpyAsync) where
+  with none it scales it there with one kernel (torch's reducer.cpp), so cpp_hook − plain is what that path costs,
+  and torch_hook − cpp_hook what a Python hook adds to it;
 - torch_hook: torch's own Python `allreduce_hook`: what a Python hook costs before anything is timed;
 - timed: the timed allreduce hook plus the per-step work the training callback does (begin the step,
   resolve the step two back, compute its statistics). TensorBoard writing is not included here;
@@ -91,12 +95,13 @@ TIMED_VARIANTS = {
 }
 # The fp16 variants that run train.py's fp16 hook with its codec stamps changed (`change_codec_stamps`).
 CODEC_STAMP_CHANGES = {"timed_fp16_done_lane": "done_lane", "timed_fp16_no_codec_stamp": "none"}
-VARIANTS = ("plain", "torch_hook", "torch_fp16", *TIMED_VARIANTS)
+VARIANTS = ("plain", "cpp_hook", "torch_hook", "torch_fp16", *TIMED_VARIANTS)
 # The fp16 split runs only when named: the default set stays the allreduce path's, as earlier calls ran it.
 FP16_VARIANTS = ("torch_fp16", "timed_fp16", "timed_fp16_done_lane", "timed_fp16_no_codec_stamp")
 # Variants whose change exists only on the GPU: an untimed CUDA event, or the stream a stamp is recorded on.
 GPU_ONLY = ("timed_done_untimed", "timed_done_pool", "timed_fp16_done_lane")
-# (variant, baseline) pairs whose per-round differences are reported: the collective's path against the calibration
+# (variant, baseline) pairs whose per-round differences are reported: DDP's comm-hook path against its built-in one,
+# and a Python hook against that path; the collective's path against the calibration
 # path, against the same stamps without the collective, without its done stamp, with its launch stamp after the
 # launch, with its ready stamp alone; an untimed event in the done stamp's place; the ready stamp alone against
 # torch's hook; the done stamp on the callback's pool stream (as before callback_now) against the hook's own. The fp16
@@ -104,6 +109,8 @@ GPU_ONLY = ("timed_done_untimed", "timed_done_pool", "timed_fp16_done_lane")
 # against torch's, against no codec stamp (what those stamps cost), against its codec stamps on the done lane (a lane
 # a bucket against one shared), and the shared lane against no codec stamp.
 PAIRED = (
+    ("cpp_hook", "plain"),
+    ("torch_hook", "cpp_hook"),
     ("timed", "timed_noop"),
     ("timed", "timed_noop_stamped"),
     ("timed", "timed_no_done"),
@@ -232,6 +239,8 @@ class Variant:
             self.ddp.register_comm_hook(self.state, self._host_timed(hook_fn))
         elif hook == "torch_hook":
             self.ddp.register_comm_hook(None, self._host_timed(default_hooks.allreduce_hook))
+        elif hook == "cpp_hook":  # C++ all the way: nothing to time on the host from here
+            self.ddp._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
         elif hook == "torch_fp16":
             self.ddp.register_comm_hook(None, self._host_timed(default_hooks.fp16_compress_hook))
         self.step_index = 0

@@ -43,3 +43,22 @@ def test_the_fp16_split_runs_on_two_gloo_ranks_and_pairs_its_rounds():
     assert record["timed_buckets"] >= 1
     for key in ("timed_fp16_minus_torch_fp16_ms", "timed_fp16_minus_timed_fp16_no_codec_stamp_ms"):
         assert key in record
+
+
+def test_the_comm_hook_path_split_runs_on_two_gloo_ranks_and_pairs_its_rounds():
+    """plain, torch's C++ hook and torch's Python hook: DDP's comm-hook path apart from the Python call."""
+    variants = ["plain", "cpp_hook", "torch_hook"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.hook_overhead", "--device", "cpu", "--nproc", "2", "--model", "resnet_tiny",
+         "--batch-size", "2", "--image-size", "32", "--blocks", "2", "--steps-per-block", "2", "--warmup-steps", "1",
+         "--variants", ",".join(variants)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in variants:
+        assert len(record["round_ms_per_step"][name]) == 2
+    assert record["torch_hook_hook_host_ms_per_step_p50"] > 0
+    assert "cpp_hook_hook_host_ms_per_step_p50" not in record  # C++ throughout: no Python call to time
+    for key in ("cpp_hook_minus_plain_ms", "torch_hook_minus_cpp_hook_ms"):
+        assert key in record
