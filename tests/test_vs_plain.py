@@ -199,7 +199,10 @@ def test_the_cpu_probe_runs_slower_on_a_cpu_shared_with_a_busy_process():
     else:
         pytest.skip(f"{cpu=} was never free of other tasks for the probe alone (waited {waited:.1f} of {took:.1f} ms)")
     shared, _, _ = probe_on(cpu, hog=True)
-    assert shared >= 1.4 * alone, (alone, shared)
+    # Fair sharing would make it 2x; the probe keeps the fastest of its repeats, and one repeat can catch more than
+    # its half of the CPU (1.37x in one fresh-clone CI run of 2026-12-07, where this bar was 1.4x). A CPU to itself
+    # reads within a few % from one probe to the next.
+    assert shared >= 1.25 * alone, (alone, shared)
 
 
 def fake_topology(root: Path, cores: dict[int, int]) -> Path:
