@@ -192,17 +192,18 @@ def test_the_cpu_probe_runs_slower_on_a_cpu_shared_with_a_busy_process():
     the probe, which spans several time slices, takes about twice as long. The probe alone is taken where the kernel
     says the CPU was free (it waited under a tenth of the time): on a busy machine another task may share it."""
     cpu = max(os.sched_getaffinity(0))
+    free = []
     for _ in range(5):
-        alone, took, waited = probe_on(cpu, hog=False)
+        probe, took, waited = probe_on(cpu, hog=False)
         if waited < 0.1 * took:
-            break
-    else:
+            free.append(probe)
+    if not free:
         pytest.skip(f"{cpu=} was never free of other tasks for the probe alone (waited {waited:.1f} of {took:.1f} ms)")
+    # The fastest of the free readings: this virtual machine's CPU itself ran the probe in 25-41 ms over ten readings
+    # alone (2026-12-07), and against one slow reading a shared CPU read only 1.37x (a fresh-clone CI run).
+    alone = min(free)
     shared, _, _ = probe_on(cpu, hog=True)
-    # Fair sharing would make it 2x; the probe keeps the fastest of its repeats, and one repeat can catch more than
-    # its half of the CPU (1.37x in one fresh-clone CI run of 2026-12-07, where this bar was 1.4x). A CPU to itself
-    # reads within a few % from one probe to the next.
-    assert shared >= 1.25 * alone, (alone, shared)
+    assert shared >= 1.4 * alone, (alone, shared)
 
 
 def fake_topology(root: Path, cores: dict[int, int]) -> Path:
