@@ -7,7 +7,8 @@ import statistics
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from harness.train.calibration import Calibration, average_gradients
+from harness.train.calibration import Calibration
+from harness.train.calibration_average import average_gradients
 from harness.train.hook import make_hook_state, register_timed_hook
 from harness.train.step_stats import step_stats
 from models.synthetic import sleep_in_backward

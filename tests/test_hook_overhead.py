@@ -1,4 +1,5 @@
-"""bench.hook_overhead's fp16 split: its codec-stamp change, and a real run of its variants on 2 gloo ranks."""
+"""bench.hook_overhead's fp16 split (its codec-stamp change) and comm-hook path split, each a real run of its variants
+on 2 gloo ranks."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ def test_an_unknown_codec_stamp_change_is_refused():
         change_codec_stamps(StepStamps(use_cuda=False), "elsewhere")
 
 
-def test_the_fp16_split_runs_on_two_gloo_ranks_and_pairs_its_rounds():
-    variants = ["torch_fp16", "timed_fp16", "timed_fp16_no_codec_stamp"]
+def run_variants(variants: list[str]) -> dict:
+    """bench.hook_overhead's record for `variants` on 2 gloo ranks of resnet_tiny, two rounds of two steps each."""
     proc = subprocess.run(
         [sys.executable, "-m", "bench.hook_overhead", "--device", "cpu", "--nproc", "2", "--model", "resnet_tiny",
          "--batch-size", "2", "--image-size", "32", "--blocks", "2", "--steps-per-block", "2", "--warmup-steps", "1",
@@ -39,6 +40,13 @@ def test_the_fp16_split_runs_on_two_gloo_ranks_and_pairs_its_rounds():
     record = json.loads(proc.stdout.strip().splitlines()[-1])
     for name in variants:
         assert len(record["round_ms_per_step"][name]) == 2
+    return record
+
+
+def test_the_fp16_split_runs_on_two_gloo_ranks_and_pairs_its_rounds():
+    variants = ["torch_fp16", "timed_fp16", "timed_fp16_no_codec_stamp"]
+    record = run_variants(variants)
+    for name in variants:
         assert record[f"{name}_hook_host_ms_per_step_p50"] > 0  # each hook ran, timed by the same wrapper
     assert record["timed_buckets"] >= 1
     for key in ("timed_fp16_minus_torch_fp16_ms", "timed_fp16_minus_timed_fp16_no_codec_stamp_ms"):
@@ -47,17 +55,7 @@ def test_the_fp16_split_runs_on_two_gloo_ranks_and_pairs_its_rounds():
 
 def test_the_comm_hook_path_split_runs_on_two_gloo_ranks_and_pairs_its_rounds():
     """plain, torch's C++ hook and torch's Python hook: DDP's comm-hook path apart from the Python call."""
-    variants = ["plain", "cpp_hook", "torch_hook"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.hook_overhead", "--device", "cpu", "--nproc", "2", "--model", "resnet_tiny",
-         "--batch-size", "2", "--image-size", "32", "--blocks", "2", "--steps-per-block", "2", "--warmup-steps", "1",
-         "--variants", ",".join(variants)],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    record = json.loads(proc.stdout.strip().splitlines()[-1])
-    for name in variants:
-        assert len(record["round_ms_per_step"][name]) == 2
+    record = run_variants(["plain", "cpp_hook", "torch_hook"])
     assert record["torch_hook_hook_host_ms_per_step_p50"] > 0
     assert "cpp_hook_hook_host_ms_per_step_p50" not in record  # C++ throughout: no Python call to time
     for key in ("cpp_hook_minus_plain_ms", "torch_hook_minus_cpp_hook_ms"):

@@ -75,6 +75,12 @@ def test_launchers_check_their_arguments_without_torch():
     assert "torch" not in _imported_by("harness.grid", "bench.advisor_validation", "bench.gc_pauses")
 
 
+def test_train_py_parses_its_options_without_torch():
+    """train.py refuses a mistyped option in the parse, before the checks that need the model and the machine load
+    torch: its module, the options' dataclass and the calibration schedule they read load none of it."""
+    assert "torch" not in _imported_by("train", "harness.train.config", "harness.train.calibration")
+
+
 def test_the_check_sees_a_violation(tmp_path):
     """The probe itself can fail: a module that imports torch is seen to have loaded it."""
     (tmp_path / "probe_mod.py").write_text("import torch.distributed\n")

@@ -437,10 +437,10 @@ def after_backward_busbw(summary: dict[str, Any], alpha_us: float, world: int) -
 
 def paired_dtype_rates(summary: dict[str, Any], wire: str) -> dict[str, float]:
     """Per probed dtype other than `wire`, the median over its probes of its rate per byte against the `wire`
-    all_reduce of as many elements that came before it (calibration.average_gradients probes with the first chunk's
-    element count), each rate from the whole time, α included in both. Where α takes most of a probe's time this is
-    the only rate it gives: with the bytes' time alike per element, a dtype of half the bytes comes out at half the
-    rate, the same time for the same gradients. Empty where the run has no such pair."""
+    all_reduce of as many elements that came before it (calibration_average.average_gradients probes with the first
+    chunk's element count), each rate from the whole time, α included in both. Where α takes most of a probe's time
+    this is the only rate it gives: with the bytes' time alike per element, a dtype of half the bytes comes out at
+    half the rate, the same time for the same gradients. Empty where the run has no such pair."""
     if wire not in DTYPE_ITEMSIZE:
         return {}
     timed = [

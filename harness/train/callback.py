@@ -66,7 +66,8 @@ from harness.common.run_identity import trial_name
 from harness.common.thread_cpu import WAITS_KEY
 from harness.train import dashboards
 from harness.train import summary as run_summary
-from harness.train.calibration import TIMELINE_STEPS, AfterBackward, Calibration, average_gradients, stamp_names
+from harness.train.calibration import TIMELINE_STEPS, Calibration
+from harness.train.calibration_average import AfterBackward, average_gradients, stamp_names
 from harness.train.codec_probe import probe_codec
 from harness.train.config import NO_HOOK
 from harness.train.ddp_crosscheck import DDPStatsReader, compare_comm, ddp_samples_iteration, harness_comm_span_ms

@@ -14,8 +14,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from harness.common import dist_env
 from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, check_writable
 from harness.common.names import HOOK_NAMES
@@ -162,6 +160,10 @@ class TrainConfig:
 
     def resolve(self, environ: dict[str, str] | None = None) -> TrainConfig:
         """Fill every "auto" field from the launcher and the machine; check they agree."""
+        # torch is loaded here, for the checks that need the model and the machine, not at import: an option
+        # mistyped is refused by the parse alone, in a tenth of the time.
+        import torch
+
         from models import get_model_spec
 
         spec = get_model_spec(self.model)
@@ -366,6 +368,8 @@ class _TooSmall(Exception):
 def _check_batch_norm(spec: Any, image_size: int) -> None:
     """A per-rank batch of 1 fails in training wherever a BatchNorm layer then sees one value per channel (a
     1×1 map). Found by running the model on the meta device: shapes only, no memory and no compute."""
+    import torch
+
     with torch.device("meta"):
         model = spec.build(image_size=image_size)
     norms = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
@@ -399,16 +403,25 @@ def _default(field_name: str) -> Any:
     return TrainConfig.__dataclass_fields__[field_name].default
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from models import MODEL_NAMES
+class _ModelNames:
+    """The registered model names, for --model's help: the registry (and torch with it) is loaded only when the
+    help is printed, not for every parse."""
 
+    def __str__(self) -> str:
+        from models import MODEL_NAMES
+
+        return ", ".join(MODEL_NAMES)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="train.py",
         description="Train a real model with Lightning DDP and time every bucketed gradient all_reduce.",
         formatter_class=DefaultsHelpFormatter,
     )
     add = parser.add_argument
-    add("--model", default=_default("model"), help=f"one of: {', '.join(MODEL_NAMES)}")
+    # argparse fills %(model_names)s from the action's attributes when it prints the help.
+    add("--model", default=_default("model"), help="one of: %(model_names)s").model_names = _ModelNames()
     add(
         "--batch-size",
         type=int,

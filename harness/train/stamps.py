@@ -42,7 +42,7 @@ CPU_CLOCK = "cpu_clock"
 # Extra stamps taken on the one step whose timeline is drawn (timeline.py), and on no other step.
 BACKWARD_START = "backward_start"  # Lightning's on_before_backward: the loss is computed
 OPTIMIZER_END = "optimizer_end"  # the optimizer step is done (Lightning's on_train_batch_end)
-# Taken on calibration steps at world size > 1: their gradients are averaged (calibration.average_gradients).
+# Taken on calibration steps at world size > 1: their gradients are averaged (calibration_average.average_gradients).
 GRADS_AVERAGED = "grads_averaged"
 
 
