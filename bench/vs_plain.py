@@ -238,7 +238,7 @@ def pick_cpus(spec: str, allowed: set[int], topology: Path = CPU_TOPOLOGY) -> li
     cpus: set[int] = set()
     for part in spec.split(","):
         low, dash, high = part.strip().partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()):
+        if not low.isdigit() or (dash and (not high.isdigit() or int(high) < int(low))):
             raise ValueError(f"{spec!r}: give CPUs as a list such as 0-3,8, or cores:N")
         cpus.update(range(int(low), int(high if dash else low) + 1))
     if not cpus or not cpus <= allowed:

@@ -228,7 +228,7 @@ def test_pick_cpus_takes_one_cpu_of_each_physical_core_or_the_list_given(tmp_pat
     with pytest.raises(ValueError, match="4 physical cores only"):
         pick_cpus("cores:5", allowed, topology)
     assert pick_cpus("0-2,6", allowed, topology) == [0, 1, 2, 6]
-    for bad in ("cores:0", "cores:x", "a-b", "1-", "", "9"):
+    for bad in ("cores:0", "cores:x", "a-b", "1-", "3-1", "", "9"):
         with pytest.raises(ValueError):
             pick_cpus(bad, allowed, topology)
 
