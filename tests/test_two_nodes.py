@@ -87,7 +87,7 @@ def test_ring_over_three_switched_hosts_runs_at_each_links_rate(tmp_path):
     as at 2. No run can pass the link's rate. How close it comes depends on the machine: the third host shares
     one of the 2 cores, and 3 hosts read 90 % of the link on 2026-12-05, 70–81 % on 12-06, 61–77 % on 12-07, when
     2 hosts behind the same switch read 93 %. So 3 hosts are held to 2 hosts measured here, now: at least 70 % of
-    their bus bandwidth (77 and 83 % on 12-07). A busbw given as algbw (3/4 of it at 3 ranks, 1 at 2) would read
+    their bus bandwidth (78 and 83 % on 12-07). A busbw given as algbw (3/4 of it at 3 ranks, 1 at 2) would read
     about 62 % of it."""
     rate_mbit, rate_gbps = 400.0, 400.0 / 8 / 1000
     with switched_hosts(2, rate_mbit=rate_mbit) as pair:
