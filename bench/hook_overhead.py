@@ -38,6 +38,11 @@ The variants are DDP copies of one model with the same weights and batch:
   stamp (the casts and the copy back still run; the copy back then goes uncounted). Why: at world size 1 on an
   H100, train.py's fp16 hook reported 1.9 ms of exposed time a step, with 1.5 ms of hook host time
   (docs/BENCHMARKS.md, 2026-12-06 06:22 UTC);
+- with --variants only, plain_bucket_view, cpp_hook_bucket_view and timed_bucket_view: those three with DDP's
+  gradient_as_bucket_view, the gradients zeroed in place rather than set to None, so they stay the buckets' views
+  and backward copies none into a bucket (train.py --gradient-as-bucket-view). Why: with a comm hook DDP copies
+  each gradient into its bucket, and at batch 32 on a GPU any comm hook, torch's C++ one included, read slower than
+  none (docs/BENCHMARKS.md, 2026-12-07 01:58 UTC);
 
 --profile-steps N then runs N more steps of each variant under torch.profiler and reports, per step, the GPU's kernel
 time and every CUDA runtime call's host time by name, with its longest single call: a call that waits for the GPU (a
@@ -95,9 +100,14 @@ TIMED_VARIANTS = {
 }
 # The fp16 variants that run train.py's fp16 hook with its codec stamps changed (`change_codec_stamps`).
 CODEC_STAMP_CHANGES = {"timed_fp16_done_lane": "done_lane", "timed_fp16_no_codec_stamp": "none"}
-VARIANTS = ("plain", "cpp_hook", "torch_hook", "torch_fp16", *TIMED_VARIANTS)
-# The fp16 split runs only when named: the default set stays the allreduce path's, as earlier calls ran it.
+# Variants run with DDP's gradient_as_bucket_view (the gradients zeroed in place), each named for the one it changes.
+BUCKET_VIEW = "_bucket_view"
+BUCKET_VIEW_VARIANTS = tuple(f"{name}{BUCKET_VIEW}" for name in ("plain", "cpp_hook", "timed"))
+VARIANTS = ("plain", "cpp_hook", "torch_hook", "torch_fp16", *TIMED_VARIANTS, *BUCKET_VIEW_VARIANTS)
+# The fp16 split and the bucket views run only when named: the default set stays the allreduce path's, as earlier
+# calls ran it.
 FP16_VARIANTS = ("torch_fp16", "timed_fp16", "timed_fp16_done_lane", "timed_fp16_no_codec_stamp")
+NAMED_ONLY = (*FP16_VARIANTS, *BUCKET_VIEW_VARIANTS)
 # Variants whose change exists only on the GPU: an untimed CUDA event, or the stream a stamp is recorded on.
 GPU_ONLY = ("timed_done_untimed", "timed_done_pool", "timed_fp16_done_lane")
 # (variant, baseline) pairs whose per-round differences are reported: DDP's comm-hook path against its built-in one,
@@ -125,6 +135,12 @@ PAIRED = (
     ("timed_fp16", "timed_fp16_no_codec_stamp"),
     ("timed_fp16", "timed_fp16_done_lane"),
     ("timed_fp16_done_lane", "timed_fp16_no_codec_stamp"),
+    # The bucket views: DDP's built-in path with them against without, its comm-hook path against its built-in one
+    # with them, the timed hook with them against without, and against DDP as a user has it by default.
+    ("plain_bucket_view", "plain"),
+    ("cpp_hook_bucket_view", "plain_bucket_view"),
+    ("timed_bucket_view", "timed"),
+    ("timed_bucket_view", "plain"),
 )
 
 
@@ -221,7 +237,9 @@ class Variant:
 
     def __init__(self, model: torch.nn.Module, device: torch.device, hook: str, spec, batch, bf16: bool) -> None:
         cuda = device.type == "cuda"
-        self.ddp = DDP(model, device_ids=[device.index] if cuda else None)
+        self.bucket_view = hook.endswith(BUCKET_VIEW)
+        hook = hook.removesuffix(BUCKET_VIEW)
+        self.ddp = DDP(model, device_ids=[device.index] if cuda else None, gradient_as_bucket_view=self.bucket_view)
         self.opt = torch.optim.SGD(self.ddp.parameters(), lr=0.01, momentum=0.9)
         self.spec, self.batch, self.bf16, self.cuda = spec, batch, bf16, cuda
         timed_hook = TIMED_VARIANTS.get(hook)
@@ -285,7 +303,7 @@ class Variant:
             self.hook_host_ms.append(self._hook_ns / 1e6)
             self._hook_ns = 0
         self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
+        self.opt.zero_grad(set_to_none=not self.bucket_view)  # set to None, bucket views would be copied again
         self.step_index += 1
 
 
@@ -416,13 +434,13 @@ def main() -> None:
     parser.add_argument(
         "--variants",
         help=f"comma-separated, the first the ratios' baseline (default: all the device can run but the fp16 split "
-        f"({', '.join(FP16_VARIANTS)}), {VARIANTS[0]} first)",
+        f"and the bucket views ({', '.join(NAMED_ONLY)}), {VARIANTS[0]} first)",
     )
     parser.add_argument("--profile-steps", type=int, default=0, help="then profile this many steps of each variant")
     parser.add_argument("--out", help="append the result as a JSON line to this file")
     args = parser.parse_args()
     available = [name for name in VARIANTS if args.device == "cuda" or name not in GPU_ONLY]
-    default = [name for name in available if name not in FP16_VARIANTS]
+    default = [name for name in available if name not in NAMED_ONLY]
     args.variants = [name for name in (args.variants or ",".join(default)).split(",") if name]
     unknown = sorted(set(args.variants) - set(available))
     gpu_only = sorted(set(unknown) & set(GPU_ONLY))

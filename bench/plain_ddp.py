@@ -50,6 +50,7 @@ class PlainLoop:
     loss_fn: Callable[[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]], torch.Tensor]
     batch: tuple[torch.Tensor, torch.Tensor]
     cuda: bool
+    keep_grads: bool = False  # zero the gradients in place (gradient_as_bucket_view), not set them to None
 
     def forward(self) -> torch.Tensor:
         """The loss of the synthetic batch (bf16 autocast on the GPU)."""
@@ -59,7 +60,7 @@ class PlainLoop:
 
     def optimizer_step(self) -> None:
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=not self.keep_grads)
 
     def step(self) -> None:
         """One whole training step."""
@@ -68,15 +69,21 @@ class PlainLoop:
 
 
 def build_loop(
-    model_name: str, batch_size: int, image_size: int | None, device: torch.device, comm_hook: str = "builtin"
+    model_name: str,
+    batch_size: int,
+    image_size: int | None,
+    device: torch.device,
+    comm_hook: str = "builtin",
+    gradient_as_bucket_view: bool = False,
 ) -> PlainLoop:
-    """The hand-written DDP loop for `model_name` (the process group must exist)."""
+    """The hand-written DDP loop for `model_name` (the process group must exist). With `gradient_as_bucket_view`
+    the gradients are DDP's bucket views and are zeroed in place, so backward copies none into the buckets."""
     spec = get_model_spec(model_name)
     cuda = device.type == "cuda"
     torch.manual_seed(0)
     memory_format = torch.channels_last if cuda and spec.kind == "image" else torch.contiguous_format
     model = spec.build(image_size=image_size).to(device, memory_format=memory_format)
-    ddp = DDP(model, device_ids=[device.index] if cuda else None)
+    ddp = DDP(model, device_ids=[device.index] if cuda else None, gradient_as_bucket_view=gradient_as_bucket_view)
     if comm_hook == "allreduce":
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
     elif comm_hook == "cpp_allreduce":
@@ -84,7 +91,7 @@ def build_loop(
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     inputs, targets = spec.make_batch(batch_size, device, dist.get_rank(), image_size=image_size)
     batch = (inputs.contiguous(memory_format=memory_format), targets)
-    return PlainLoop(ddp, opt, spec.loss, batch, cuda)
+    return PlainLoop(ddp, opt, spec.loss, batch, cuda, keep_grads=gradient_as_bucket_view)
 
 
 def start_rank() -> torch.device:
@@ -135,12 +142,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--window-start", type=int, default=50)
     parser.add_argument("--comm-hook", choices=COMM_HOOKS, default="builtin")
+    parser.add_argument(
+        "--gradient-as-bucket-view", action="store_true", help="gradients alias DDP's buckets, zeroed in place"
+    )
     args = parser.parse_args()
     if not 0 <= args.window_start < args.steps - 1:
         parser.error("--window-start must be at least 0 and below --steps - 1")
     device = start_rank()
     try:
-        step = build_loop(args.model, args.batch_size, args.image_size, device, args.comm_hook).step
+        step = build_loop(
+            args.model, args.batch_size, args.image_size, device, args.comm_hook, args.gradient_as_bucket_view
+        ).step
         result = timed_run(step, args.steps, args.window_start, device.type == "cuda")
         if dist.get_rank() == 0:
             print(json.dumps({"plain_ddp": result, "world_size": dist.get_world_size()}), flush=True)

@@ -90,6 +90,9 @@ VARIANTS: dict[str, list[str]] = {
     "noop": ["--comm-hook", "noop"],
     # Every cost switch that keeps the headline figures (step time, samples/s, comm time): exposed time and the
     # ranks' skew are given up.
+    # Gradients as DDP's bucket views, zeroed in place: with a comm hook DDP then copies no gradient into its
+    # bucket (with one it copies each, where its built-in path scales each there with a kernel).
+    "bucket_view": ["--gradient-as-bucket-view"],
     "lean": ["--no-progress-bar", "--log-every", "50", "--calibration-steps", "0", "--gather-every", "0"],
 }
 # Variants of the hand-written loop itself (each a bench.plain_ddp argument list).
@@ -97,6 +100,8 @@ PLAIN_VARIANTS: dict[str, list[str]] = {
     "plain_torch_hook": ["--comm-hook", "allreduce"],
     # torch's C++ ALLREDUCE hook: DDP's comm-hook path with no Python, against plain_torch_hook.
     "plain_cpp_hook": ["--comm-hook", "cpp_allreduce"],
+    # The loop with gradients as DDP's bucket views (no copy; the built-in path then divides each in place).
+    "plain_bucket_view": ["--gradient-as-bucket-view"],
 }
 KNOWN_VARIANTS = {**VARIANTS, **PLAIN_VARIANTS}  # what --variants may name
 # A pair's JSON line holds a result per run, under its variant's name, beside these.

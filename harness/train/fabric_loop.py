@@ -121,7 +121,9 @@ class FabricLoop:
                 if last:
                     self._call("on_before_optimizer_step", module, optimizer)
                     optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
+                    # With --gradient-as-bucket-view the gradients stay DDP's bucket views: set to None, each step's
+                    # backward would copy them into the buckets again, the cost the option is there to remove.
+                    optimizer.zero_grad(set_to_none=not self.cfg.gradient_as_bucket_view)
                     self.global_step += 1
                 self._call("on_train_batch_end", module, loss, batch, batch_idx)
                 batch_idx += 1
