@@ -90,9 +90,9 @@ VARIANTS: dict[str, list[str]] = {
     "noop": ["--comm-hook", "noop"],
     # Every cost switch that keeps the headline figures (step time, samples/s, comm time): exposed time and the
     # ranks' skew are given up.
-    # Gradients as DDP's bucket views, zeroed in place: with a comm hook DDP then copies no gradient into its
-    # bucket (with one it copies each, where its built-in path scales each there with a kernel).
-    "bucket_view": ["--gradient-as-bucket-view"],
+    # Gradients copied into DDP's buckets and back each step (the default until 2026-12-07 06:40 UTC), not its
+    # bucket views zeroed in place: with a comm hook DDP copies each in and out; with the views, none.
+    "no_bucket_view": ["--no-gradient-as-bucket-view"],
     "lean": ["--no-progress-bar", "--log-every", "50", "--calibration-steps", "0", "--gather-every", "0"],
 }
 # Variants of the hand-written loop itself (each a bench.plain_ddp argument list).

@@ -66,7 +66,7 @@ REPEATED_SETTINGS = (
     ("calibration_every", "--calibration-every"),
     ("timeout_s", "--timeout"),
 )
-SWITCHES = (("gradient_as_bucket_view", "--gradient-as-bucket-view"), ("static_graph", "--static-graph"))
+SWITCHES = (("static_graph", "--static-graph"),)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -197,8 +197,9 @@ def repeated_args(settings: dict[str, Any]) -> list[str]:
         if settings.get(key) is not None:
             args += [flag, str(settings[key])]
     args += [flag for key, flag in SWITCHES if settings.get(key)]
-    if settings.get("channels_last") is not None:
-        args.append("--channels-last" if settings["channels_last"] else "--no-channels-last")
+    for key, flag in (("channels_last", "channels-last"), ("gradient_as_bucket_view", "gradient-as-bucket-view")):
+        if settings.get(key) is not None:  # both ways: the default may differ from the one the run had
+            args.append(f"--{flag}" if settings[key] else f"--no-{flag}")
     return args
 
 

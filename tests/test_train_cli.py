@@ -64,7 +64,7 @@ def test_run_names_differ_with_settings(tmp_path):
 # Each changes the workload, so the run's name; the first is the issue's own case (names used to omit it).
 WORKLOAD_CHANGES = [
     ["--image-size", "64"], ["--batch-size", "8"], ["--max-steps", "30"], ["--precision", "bf16-mixed"],
-    ["--accumulate-grad-batches", "2"], ["--gradient-as-bucket-view"], ["--static-graph"], ["--channels-last"],
+    ["--accumulate-grad-batches", "2"], ["--no-gradient-as-bucket-view"], ["--static-graph"], ["--channels-last"],
     ["--devices", "1"], ["--comm-hook", "powersgd"], ["--comm-hook", "powersgd", "--powersgd-rank", "2"],
     ["--model", "gpt_tiny"], ["--model", "gpt_tiny", "--seq-len", "32"],
 ]  # fmt: skip

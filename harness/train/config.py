@@ -61,7 +61,11 @@ class TrainConfig:
     accumulate_grad_batches: int = 1
     bucket_cap_mb: float | None = None
     """DDP bucket cap in MiB; None keeps DDP's default (25, with a 1 MiB first bucket)."""
-    gradient_as_bucket_view: bool = False
+    gradient_as_bucket_view: bool = True
+    """Gradients are DDP's bucket views, zeroed in place between steps. With a comm hook (the harness's timed one)
+    DDP otherwise copies every gradient into its bucket and back out each step; with the views it copies none
+    (docs/BENCHMARKS.md, 2026-12-07 06:03 UTC: train.py 1.20× the plain loop's speed on 2 gloo ranks with them,
+    1.00× without)."""
     static_graph: bool = False
     comm_hook: str = "allreduce"
     """A timed hook (HOOK_NAMES), or "none": DDP's built-in all_reduce, untimed; steps are still timed."""
@@ -447,7 +451,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="micro-batches per optimizer step (DDP communicates once per step)",
     )
     add("--bucket-cap-mb", type=float, help="DDP bucket cap in MiB (default: DDP's 25)")
-    add("--gradient-as-bucket-view", action="store_true", help="let gradients alias DDP's bucket buffers")
+    add(
+        "--gradient-as-bucket-view",
+        action=argparse.BooleanOptionalAction,
+        default=_default("gradient_as_bucket_view"),
+        help="gradients alias DDP's bucket buffers and are zeroed in place, so no step copies them into the buckets "
+        "and back (default: on)",
+    )
     add("--static-graph", action="store_true", help="tell DDP the graph does not change between steps")
     add(
         "--comm-hook",

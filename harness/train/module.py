@@ -74,6 +74,11 @@ class CommBenchModule(pl.LightningModule):
     def training_step(self, batch: object, batch_idx: int) -> torch.Tensor:
         return self.forward(batch)
 
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        """The Trainer's zeroing, as Fabric's loop does it: in place while the gradients are DDP's bucket views (set to
+        None, the next backward would copy every one into its bucket again)."""
+        optimizer.zero_grad(set_to_none=not self.cfg.gradient_as_bucket_view)
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=SGD_LR, momentum=SGD_MOMENTUM)
 
