@@ -21,9 +21,9 @@ ARGS = ["--model", "resnet_tiny", "--image-size", "32", "--batch-size", "2", "--
 ARGS += ["--accumulate-grad-batches", "2", "--calibration-steps", "0", "--no-progress-bar"]
 
 
-def hooks_of(loop: str, tmp_path) -> dict[str, list]:
-    cmd = [*TORCHRUN, str(REPO / "tests" / "hook_order_probe.py"), *ARGS, "--loop", loop]
-    cmd += ["--logdir", str(tmp_path / loop)]
+def hooks_of(loop: str, tmp_path, *extra: str) -> dict[str, list]:
+    cmd = [*TORCHRUN, str(REPO / "tests" / "hook_order_probe.py"), *ARGS, "--loop", loop, *extra]
+    cmd += ["--logdir", str(tmp_path / f"{loop}{len(extra)}")]
     env = {**train_env(), "PYTHONPATH": str(REPO)}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -48,3 +48,12 @@ def test_fabric_loop_calls_the_hooks_as_the_trainer_does(tmp_path):
         assert all(call[3] for call in calls if call[0] == "on_before_optimizer_step")
     assert len(fabric_run["grad_norms"]) == len(trainer_run["grad_norms"]) == 4
     assert fabric_run["grad_norms"] == pytest.approx(trainer_run["grad_norms"], rel=1e-4)
+
+
+def test_bucket_views_step_on_the_gradients_that_ddps_copies_give(tmp_path):
+    """train.py's default keeps the gradients as DDP's bucket views, zeroed in place, across accumulated
+    micro-batches (DDP's no_sync) too: every optimizer step must see the gradients that DDP's own copies give."""
+    views, copies = hooks_of("fabric", tmp_path), hooks_of("fabric", tmp_path, "--no-gradient-as-bucket-view")
+    assert len(views["grad_norms"]) == len(copies["grad_norms"]) == 4
+    assert views["grad_norms"] == pytest.approx(copies["grad_norms"], rel=1e-4)
+    assert len(set(views["grad_norms"])) == 4  # the steps differ, so a stale or zeroed gradient would show
