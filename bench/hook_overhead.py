@@ -80,6 +80,7 @@ from harness.common.run_info import run_info
 from harness.train.hook import TIMED_HOOKS, TimedHookState, all_reduce_sum, make_hook_state, pre_divide, returned
 from harness.train.stamps import CollectiveStamps, Stamp, StepStamps
 from harness.train.step_stats import step_stats
+from harness.train.zero_grads import zero_gradients
 from models import get_model_spec
 
 # The timed variants and the hook each one runs.
@@ -303,7 +304,7 @@ class Variant:
             self.hook_host_ms.append(self._hook_ns / 1e6)
             self._hook_ns = 0
         self.opt.step()
-        self.opt.zero_grad(set_to_none=not self.bucket_view)  # set to None, bucket views would be copied again
+        zero_gradients(self.opt, in_place=self.bucket_view)  # as train.py: set to None, views would be copied again
         self.step_index += 1
 
 

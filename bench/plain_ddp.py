@@ -34,6 +34,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from harness.common.cli import OneLineParser, run_cli
 from harness.common.dist_env import apply_safe_nccl_env
 from harness.common.thread_cpu import WAITS_KEY, read_clocks, window_times
+from harness.train.zero_grads import zero_gradients
 from models import get_model_spec
 
 # --comm-hook: DDP's built-in all_reduce (C++, no hook), torch's own Python allreduce_hook, or torch's C++
@@ -50,7 +51,7 @@ class PlainLoop:
     loss_fn: Callable[[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]], torch.Tensor]
     batch: tuple[torch.Tensor, torch.Tensor]
     cuda: bool
-    keep_grads: bool = False  # zero the gradients in place (gradient_as_bucket_view), not set them to None
+    keep_grads: bool = False  # zero the gradients in place (gradient_as_bucket_view) as train.py does, not set to None
 
     def forward(self) -> torch.Tensor:
         """The loss of the synthetic batch (bf16 autocast on the GPU)."""
@@ -60,7 +61,7 @@ class PlainLoop:
 
     def optimizer_step(self) -> None:
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=not self.keep_grads)
+        zero_gradients(self.optimizer, in_place=self.keep_grads)
 
     def step(self) -> None:
         """One whole training step."""

@@ -58,7 +58,8 @@ def test_bucket_views_take_the_gradient_copies_out_of_the_step(ranks):
     """DDP's reducer names its copies (torch's reducer.cpp): `reducer::copy_` (into a bucket, with a comm hook),
     `reducer::mul_out` (into a bucket, scaled, without one) and `copy_bucket_to_grad` (back out after the
     all_reduce). The plain loop's default runs one of each per gradient; with bucket views the comm-hook path
-    runs none, and the built-in path divides each gradient in place instead (its `div_`)."""
+    runs none, and the built-in path divides each gradient in place instead (its `div_`). What the views cost
+    instead is counted too: autograd adds each new gradient into its zeroed view, and the zeroing itself."""
     copies = ("reducer::copy_", "reducer::mul_out", "reducer::copy_bucket_to_grad")
 
     def reducer_copies(ops: dict[str, int]) -> int:
@@ -69,3 +70,9 @@ def test_bucket_views_take_the_gradient_copies_out_of_the_step(ranks):
             assert reducer_copies(rank[f"{hook}_profiled_ops"]) == 2 * 38, hook  # in and out, each gradient
             assert reducer_copies(rank[f"{hook}_bucket_view_ops"]) == 0, hook
         assert rank["builtin_bucket_view_ops"]["aten::div_"] >= 38  # resnet_tiny's 38 gradients, each in place
+        for hook in ("builtin", "cpp_allreduce"):
+            # Zeroed as train.py zeroes them: one multi-tensor call (on a GPU a few kernels, not one a gradient)...
+            assert rank[f"{hook}_bucket_view_ops"]["aten::_foreach_zero_"] == 1, hook
+            # ...and backward then adds into each zeroed gradient where it handed over a new one: what the views cost.
+            added = rank[f"{hook}_bucket_view_ops"]["aten::add_"] - rank[f"{hook}_profiled_ops"]["aten::add_"]
+            assert added == 38, hook

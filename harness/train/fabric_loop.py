@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader
 from harness.train.config import TrainConfig
 from harness.train.ddp_strategy import SameStreamFabricDDPStrategy
 from harness.train.module import CommBenchModule
+from harness.train.zero_grads import zero_gradients
 
 
 class FabricLoop:
@@ -121,9 +122,7 @@ class FabricLoop:
                 if last:
                     self._call("on_before_optimizer_step", module, optimizer)
                     optimizer.step()
-                    # With --gradient-as-bucket-view the gradients stay DDP's bucket views: set to None, each step's
-                    # backward would copy them into the buckets again, the cost the option is there to remove.
-                    optimizer.zero_grad(set_to_none=not self.cfg.gradient_as_bucket_view)
+                    zero_gradients(optimizer, in_place=self.cfg.gradient_as_bucket_view)  # bucket views stay so
                     self.global_step += 1
                 self._call("on_train_batch_end", module, loss, batch, batch_idx)
                 batch_idx += 1

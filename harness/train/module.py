@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from harness.train.config import TrainConfig
+from harness.train.zero_grads import zero_gradients
 from models import ModelSpec
 
 SGD_LR = 0.01
@@ -75,9 +76,8 @@ class CommBenchModule(pl.LightningModule):
         return self.forward(batch)
 
     def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
-        """The Trainer's zeroing, as Fabric's loop does it: in place while the gradients are DDP's bucket views (set to
-        None, the next backward would copy every one into its bucket again)."""
-        optimizer.zero_grad(set_to_none=not self.cfg.gradient_as_bucket_view)
+        """The Trainer's zeroing, as Fabric's loop does it (harness/train/zero_grads.py)."""
+        zero_gradients(optimizer, in_place=self.cfg.gradient_as_bucket_view)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=SGD_LR, momentum=SGD_MOMENTUM)
