@@ -309,6 +309,20 @@ def test_the_busy_time_fits_alpha_is_held_to_a_whole_clean_collective_and_the_ho
     assert step[("cap", 1.0, "allreduce")] == pytest.approx(338.5, rel=0.10)
 
 
+@pytest.mark.parametrize(("threads", "says"), [(None, "each compute slower"), (4, "read it as a lower bound")])
+def test_a_larger_world_on_the_runs_machine_says_what_the_model_holds_fixed(threads, says):
+    """Predicting 6 ranks from a 4-rank run on one machine's cores: without fixed threads each rank's compute
+    changes (measured on 2 cores); with them compute held, but backward's slow-down grew (16 cores, 2026-12-07)."""
+    summary = json.loads((ROOT / GRID_4X4).read_text())
+    summary["settings"]["cpu_threads"] = threads
+    network = network_from_run(summary, "resnet50-4-ranks")
+    notes = advise(summary, "run", network, world_size=6, hooks=["allreduce"], caps_mb=(25,)).notes
+    assert [note for note in notes if "shared one machine's CPU cores" in note and says in note]
+    # The same run at its own world size has no such note.
+    own = advise(summary, "run", network, hooks=["allreduce"], caps_mb=(25,)).notes
+    assert not [note for note in own if "shared one machine's CPU cores" in note]
+
+
 @pytest.mark.parametrize(
     ("threads", "recorded", "policy", "hooks", "warned"),
     [

@@ -171,12 +171,7 @@ def advise(
     run_world = summary["world_size"]
     world = world_size or run_world
     if world > run_world and summary.get("backend") == "gloo" and (settings.get("num_nodes") or 1) == 1:
-        notes.append(
-            f"the run's {run_world} ranks shared one machine's CPU cores; the model keeps each rank's compute as "
-            f"measured, but {world} ranks on the same cores each compute slower (resnet50 at 3 and 4 ranks on 2 "
-            "cores: compute-only 1.6× and 2.2× that at 2, docs/BENCHMARKS.md): predict from a run whose ranks have "
-            "cores of their own"
-        )
+        notes.append(shared_cores_note(run_world, world, settings.get("cpu_threads")))
     current_setting = run_candidate(settings.get("bucket_cap_mb"), run_hook)
     measured = measured_setting(totals)
     anchor(inputs, current_setting, network, run_world, measured)
@@ -203,6 +198,24 @@ def advise(
         layout_check=layout_check(summary, inputs, current_setting),
         notes=notes,
         across_kappa=picks,
+    )
+
+
+def shared_cores_note(run_world: int, world: int, cpu_threads: int | None) -> str:
+    """What a larger world on the run's own machine changes that the model holds fixed, as measured."""
+    if cpu_threads:
+        return (
+            f"the run's {run_world} ranks shared one machine's CPU cores; with --cpu-threads {cpu_threads} each rank "
+            f"computes alike at {world} ranks, but there the ranks' compute threads take the cores that "
+            "communication used, which then slows backward more than the run saw (resnet50 on 16 cores, 4 threads a "
+            "rank: compute-only 187 ms at 2 ranks and 176-192 at 3 and 4, exposed 1 ms at 2 and 15-57 at 3 and 4, "
+            "steps predicted 14 and 19 % short, docs/BENCHMARKS.md): read it as a lower bound"
+        )
+    return (
+        f"the run's {run_world} ranks shared one machine's CPU cores; the model keeps each rank's compute as "
+        f"measured, but {world} ranks on the same cores each compute slower (resnet50 at 3 and 4 ranks on 2 "
+        "cores: compute-only 1.6× and 2.2× that at 2, docs/BENCHMARKS.md): predict from a run whose ranks have "
+        "cores of their own, or give it --cpu-threads"
     )
 
 
