@@ -250,3 +250,17 @@ def test_report_says_where_the_runs_were_pinned(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "# where the runs could run (--cpus): CPUs 0,2" in proc.stdout
     assert "# where the runs could run (--cpus): CPUs 0,2; not pinned" in report(pinned, free).stdout
+
+
+def test_a_run_that_refuses_its_arguments_is_one_line_and_exit_2(tmp_path):
+    """The pair's first run (the plain loop) refuses the image size the user gave: the user's mistake, so one line
+    that carries the run's own refusal, exit 2, and no traceback (before, a RuntimeError's)."""
+    out = tmp_path / "pairs.jsonl"
+    cmd = [sys.executable, "-m", "bench.vs_plain", "--nproc", "1", "--model", "resnet_tiny", "--image-size", "16"]
+    cmd += ["--pairs", "1", "--steps", "5", "--window-start", "1", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    refusal = [line for line in proc.stderr.splitlines() if line.startswith("python -m bench.vs_plain: error:")]
+    assert len(refusal) == 1 and "refused its arguments" in refusal[0] and "--image-size 16 is too small" in refusal[0]
+    assert not out.exists() or out.read_text() == ""  # no pair was measured, so none is written
