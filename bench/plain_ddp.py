@@ -4,6 +4,7 @@
     torchrun --standalone --nproc-per-node 2 -m bench.plain_ddp --model resnet18 --batch-size 4 --image-size 64
     torchrun --standalone --nproc-per-node 1 -m bench.plain_ddp --comm-hook allreduce   # torch's own Python hook
     torchrun --standalone --nproc-per-node 1 -m bench.plain_ddp --comm-hook cpp_allreduce   # its C++ twin
+    torchrun --standalone --nproc-per-node 1 -m bench.plain_ddp --gradient-as-bucket-view   # as train.py's gradients
 
 What a user without the harness would write: the same registry model, synthetic batch on the device, SGD
 with momentum, DDP with its defaults, bf16 autocast and channels_last on the GPU (fp32 on the CPU),
@@ -12,6 +13,8 @@ sum DDP's built-in path runs) replaces DDP's built-in all_reduce: what any Pytho
 timed one included, before it times anything. With --comm-hook cpp_allreduce, torch's C++ ALLREDUCE hook
 (`_register_builtin_comm_hook`) does the same with no Python: DDP takes its comm-hook path (it copies each gradient
 into its bucket instead of scaling it there), so the two hooks' difference is the Python call on the autograd thread.
+With --gradient-as-bucket-view the gradients are DDP's bucket views, zeroed in place as train.py zeroes them
+(harness/train/zero_grads.py): no copy into or out of a bucket.
 Rank 0 prints one JSON line: wall ms per step from the start of step --window-start to the start of the last step
 (the device drained at both ends), and the CPU ms per step of the main thread, of the whole process and of each
 thread (harness.common.thread_cpu) over the same window.

@@ -7,6 +7,7 @@
     python -m bench.vs_plain --pairs 8 --variants plain_torch_hook,lightning_alone    # where the gap comes from
     python -m bench.vs_plain --pairs 4 --variants fabric_alone,lightning_no_bar,trainer_loop  # the two loops
     python -m bench.vs_plain --pairs 8 --cpus cores:6      # every run on the same 6 CPUs, one per physical core
+    python -m bench.vs_plain --pairs 8 --variants no_bucket_view,plain_bucket_view    # DDP's copies, both ways
     python -m bench.vs_plain --report call1/pairs.jsonl call2/pairs.jsonl   # the pairs of several calls, pooled
 
 Each pair runs bench.plain_ddp, train.py as shipped, and every variant (train.py with other arguments), each
@@ -16,7 +17,9 @@ each, so that train.py's gap to the plain loop can be attributed; `lean` turns o
 harness's cost while it still measures communication. `plain_torch_hook` is the hand-written loop itself with
 torch's own untimed Python `allreduce_hook`: what any Python comm hook costs before anything is timed;
 `plain_cpp_hook` the loop with torch's C++ ALLREDUCE hook, the same comm-hook path without the Python.
---variant NAME="ARGS" adds any other train.py variant.
+`no_bucket_view` is train.py with DDP's gradient copies (its default keeps the gradients as DDP's bucket views),
+`plain_bucket_view` the loop with the views. --variant NAME="ARGS" adds any other train.py variant.
+A run that refuses the arguments passed on to it ends the bench with that refusal in one line (exit 2).
 
 All are timed over the same window, from the start of step --window-start to the start of the last step, by
 rank 0's own clocks read at both ends (the device drained there), nothing in between: wall time, the CPU time
