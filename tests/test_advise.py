@@ -751,3 +751,13 @@ def test_verify_repeats_the_runs_cpu_threads_and_leaves_them_to_train_py_where_i
     fixed = repeated_args({"batch_size": 8, "cpu_threads": 4})
     assert fixed[fixed.index("--cpu-threads") + 1] == "4"
     assert "--cpu-threads" not in repeated_args({"batch_size": 8, "cpu_threads": None})
+
+
+def test_verify_repeats_the_runs_gradient_copies_either_way():
+    """train.py's default changed (bucket views since 2026-12-07): a base run made with DDP's copies is verified
+    with them, one made with the views with the views, and a run that recorded neither gets train.py's default."""
+    from harness.advise import repeated_args
+
+    assert "--no-gradient-as-bucket-view" in repeated_args({"gradient_as_bucket_view": False})
+    assert "--gradient-as-bucket-view" in repeated_args({"gradient_as_bucket_view": True})
+    assert not [arg for arg in repeated_args({"batch_size": 8}) if "bucket-view" in arg]
