@@ -40,7 +40,7 @@ The variants are DDP copies of one model with the same weights and batch:
   (docs/BENCHMARKS.md, 2026-12-06 06:22 UTC);
 - with --variants only, plain_bucket_view, cpp_hook_bucket_view and timed_bucket_view: those three with DDP's
   gradient_as_bucket_view, the gradients zeroed in place rather than set to None, so they stay the buckets' views
-  and backward copies none into a bucket (train.py --gradient-as-bucket-view). Why: with a comm hook DDP copies
+  and backward copies none into a bucket (train.py's default). Why: with a comm hook DDP copies
   each gradient into its bucket, and at batch 32 on a GPU any comm hook, torch's C++ one included, read slower than
   none (docs/BENCHMARKS.md, 2026-12-07 01:58 UTC);
 
@@ -238,9 +238,9 @@ class Variant:
 
     def __init__(self, model: torch.nn.Module, device: torch.device, hook: str, spec, batch, bf16: bool) -> None:
         cuda = device.type == "cuda"
-        self.bucket_view = hook.endswith(BUCKET_VIEW)
+        bucket_view = hook.endswith(BUCKET_VIEW)
         hook = hook.removesuffix(BUCKET_VIEW)
-        self.ddp = DDP(model, device_ids=[device.index] if cuda else None, gradient_as_bucket_view=self.bucket_view)
+        self.ddp = DDP(model, device_ids=[device.index] if cuda else None, gradient_as_bucket_view=bucket_view)
         self.opt = torch.optim.SGD(self.ddp.parameters(), lr=0.01, momentum=0.9)
         self.spec, self.batch, self.bf16, self.cuda = spec, batch, bf16, cuda
         timed_hook = TIMED_VARIANTS.get(hook)
@@ -304,7 +304,7 @@ class Variant:
             self.hook_host_ms.append(self._hook_ns / 1e6)
             self._hook_ns = 0
         self.opt.step()
-        zero_gradients(self.opt, in_place=self.bucket_view)  # as train.py: set to None, views would be copied again
+        zero_gradients(self.opt, in_place=self.ddp.gradient_as_bucket_view)  # as train.py zeroes them
         self.step_index += 1
 
 

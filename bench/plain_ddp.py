@@ -54,7 +54,6 @@ class PlainLoop:
     loss_fn: Callable[[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]], torch.Tensor]
     batch: tuple[torch.Tensor, torch.Tensor]
     cuda: bool
-    keep_grads: bool = False  # zero the gradients in place (gradient_as_bucket_view) as train.py does, not set to None
 
     def forward(self) -> torch.Tensor:
         """The loss of the synthetic batch (bf16 autocast on the GPU)."""
@@ -64,7 +63,7 @@ class PlainLoop:
 
     def optimizer_step(self) -> None:
         self.optimizer.step()
-        zero_gradients(self.optimizer, in_place=self.keep_grads)
+        zero_gradients(self.optimizer, in_place=self.ddp.gradient_as_bucket_view)  # views stay views
 
     def step(self) -> None:
         """One whole training step."""
@@ -95,7 +94,7 @@ def build_loop(
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     inputs, targets = spec.make_batch(batch_size, device, dist.get_rank(), image_size=image_size)
     batch = (inputs.contiguous(memory_format=memory_format), targets)
-    return PlainLoop(ddp, opt, spec.loss, batch, cuda, keep_grads=gradient_as_bucket_view)
+    return PlainLoop(ddp, opt, spec.loss, batch, cuda)
 
 
 def start_rank() -> torch.device:

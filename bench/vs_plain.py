@@ -94,11 +94,11 @@ VARIANTS: dict[str, list[str]] = {
     # The timed noop hook: each pair is then also an A/B of train.py's own exposed-time estimate (issue 10), kept
     # per run as exposed_ms_p50 and its interval.
     "noop": ["--comm-hook", "noop"],
+    # Gradients copied into DDP's buckets and back each step (the default until commit 837fa79, 2026-12-07), not
+    # its bucket views zeroed in place: with a comm hook DDP copies each in and out; with the views, none.
+    "no_bucket_view": ["--no-gradient-as-bucket-view"],
     # Every cost switch that keeps the headline figures (step time, samples/s, comm time): exposed time and the
     # ranks' skew are given up.
-    # Gradients copied into DDP's buckets and back each step (the default until 2026-12-07 06:40 UTC), not its
-    # bucket views zeroed in place: with a comm hook DDP copies each in and out; with the views, none.
-    "no_bucket_view": ["--no-gradient-as-bucket-view"],
     "lean": ["--no-progress-bar", "--log-every", "50", "--calibration-steps", "0", "--gather-every", "0"],
 }
 # Variants of the hand-written loop itself (each a bench.plain_ddp argument list).
