@@ -272,7 +272,8 @@ def _assert_training_stopped(proc: subprocess.Popen, pids: list[int], events_dir
     step = re.match(pattern + r"(\d+): " + re.escape(why), rank0)
     assert step, rank0
     rank1 = f"train.py: rank 1: stopped at step {step.group(1)} because rank 0 cannot write the TensorBoard events"
-    assert any(line.startswith(rank1) for line in lines), lines
+    # The lines whole in the message: pytest's repr of the list cuts them, and rank 1's is the one to read.
+    assert any(line.startswith(rank1) for line in lines), "\n".join(lines)
     assert all_gone(pids)
     return lines
 
