@@ -80,7 +80,7 @@ from harness.common.run_info import run_info
 from harness.train.hook import TIMED_HOOKS, TimedHookState, all_reduce_sum, make_hook_state, pre_divide, returned
 from harness.train.stamps import CollectiveStamps, Stamp, StepStamps
 from harness.train.step_stats import step_stats
-from harness.train.zero_grads import zero_gradients
+from harness.train.zero_grads import GradientZeroing
 from models import get_model_spec
 
 # The timed variants and the hook each one runs.
@@ -242,6 +242,7 @@ class Variant:
         hook = hook.removesuffix(BUCKET_VIEW)
         self.ddp = DDP(model, device_ids=[device.index] if cuda else None, gradient_as_bucket_view=bucket_view)
         self.opt = torch.optim.SGD(self.ddp.parameters(), lr=0.01, momentum=0.9)
+        self.zero_gradients = GradientZeroing(self.opt, in_place=self.ddp.gradient_as_bucket_view)
         self.spec, self.batch, self.bf16, self.cuda = spec, batch, bf16, cuda
         timed_hook = TIMED_VARIANTS.get(hook)
         self.state = make_hook_state(timed_hook, self.ddp.module, use_cuda=cuda) if timed_hook else None
@@ -304,7 +305,7 @@ class Variant:
             self.hook_host_ms.append(self._hook_ns / 1e6)
             self._hook_ns = 0
         self.opt.step()
-        zero_gradients(self.opt, in_place=self.ddp.gradient_as_bucket_view)  # as train.py zeroes them
+        self.zero_gradients()  # as train.py zeroes them
         self.step_index += 1
 
 

@@ -37,7 +37,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from harness.common.cli import OneLineParser, run_cli
 from harness.common.dist_env import apply_safe_nccl_env
 from harness.common.thread_cpu import WAITS_KEY, read_clocks, window_times
-from harness.train.zero_grads import zero_gradients
+from harness.train.zero_grads import GradientZeroing
 from models import get_model_spec
 
 # --comm-hook: DDP's built-in all_reduce (C++, no hook), torch's own Python allreduce_hook, or torch's C++
@@ -55,6 +55,9 @@ class PlainLoop:
     batch: tuple[torch.Tensor, torch.Tensor]
     cuda: bool
 
+    def __post_init__(self) -> None:
+        self.zero_gradients = GradientZeroing(self.optimizer, in_place=self.ddp.gradient_as_bucket_view)
+
     def forward(self) -> torch.Tensor:
         """The loss of the synthetic batch (bf16 autocast on the GPU)."""
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.cuda else contextlib.nullcontext()
@@ -63,7 +66,7 @@ class PlainLoop:
 
     def optimizer_step(self) -> None:
         self.optimizer.step()
-        zero_gradients(self.optimizer, in_place=self.ddp.gradient_as_bucket_view)  # views stay views
+        self.zero_gradients()  # views stay views
 
     def step(self) -> None:
         """One whole training step."""

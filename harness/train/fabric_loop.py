@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader
 from harness.train.config import TrainConfig
 from harness.train.ddp_strategy import SameStreamFabricDDPStrategy
 from harness.train.module import CommBenchModule
-from harness.train.zero_grads import zero_gradients
+from harness.train.zero_grads import GradientZeroing
 
 
 class FabricLoop:
@@ -99,6 +99,7 @@ class FabricLoop:
         torch.backends.cudnn.benchmark = self.cfg.use_gpu  # as the Trainer's benchmark=True
         self._call("setup", module, "fit")
         model, optimizer = fabric.setup(module, module.configure_optimizers())
+        zero_gradients = GradientZeroing(optimizer, in_place=self.cfg.gradient_as_bucket_view)
         module.make_synthetic(self.global_rank)
         if self.cfg.data_dir is not None:
             loader = fabric.setup_dataloaders(loader)  # a distributed sampler, and batches moved to the device
@@ -122,7 +123,7 @@ class FabricLoop:
                 if last:
                     self._call("on_before_optimizer_step", module, optimizer)
                     optimizer.step()
-                    zero_gradients(optimizer, in_place=self.cfg.gradient_as_bucket_view)  # bucket views stay so
+                    zero_gradients()  # bucket views stay so
                     self.global_step += 1
                 self._call("on_train_batch_end", module, loss, batch, batch_idx)
                 batch_idx += 1

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from harness.train.config import TrainConfig
-from harness.train.zero_grads import zero_gradients
+from harness.train.zero_grads import GradientZeroing
 from models import ModelSpec
 
 SGD_LR = 0.01
@@ -42,6 +42,7 @@ class CommBenchModule(pl.LightningModule):
         if cfg.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self._synthetic: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._zero_gradients: GradientZeroing | None = None  # the Trainer's (optimizer_zero_grad)
 
     def on_fit_start(self) -> None:
         self.make_synthetic(self.global_rank)
@@ -77,7 +78,9 @@ class CommBenchModule(pl.LightningModule):
 
     def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
         """The Trainer's zeroing, as Fabric's loop does it (harness/train/zero_grads.py)."""
-        zero_gradients(optimizer, in_place=self.cfg.gradient_as_bucket_view)
+        if self._zero_gradients is None or self._zero_gradients.optimizer is not optimizer:
+            self._zero_gradients = GradientZeroing(optimizer, in_place=self.cfg.gradient_as_bucket_view)
+        self._zero_gradients()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=SGD_LR, momentum=SGD_MOMENTUM)

@@ -1,0 +1,113 @@
+"""harness/train/zero_grads.py, the zeroing train.py runs between steps. With bucket views the gradients must stay
+the same tensors and be zero before the next backward, whatever replaced them since the last step: DDP replaces
+the views when it rebuilds its buckets, and the zeroing keeps its groups from one step to the next, so a stale
+group would leave a new gradient unzeroed and the next step would add to it. torch.profiler is the witness for how
+the zeroing runs: one multi-tensor call a device and dtype, no kernel a gradient."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from harness.train.zero_grads import GradientZeroing
+
+
+def _model_with_grads() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """Two float32 layers and a float64 one, each gradient filled with ones."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2), torch.nn.Linear(2, 2).double())
+    for param in model.parameters():
+        param.grad = torch.ones_like(param)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def _top_level_ops(fn) -> Counter[str]:
+    """The operators `fn` calls itself, by name (on the CPU a multi-tensor call runs one zero_ a tensor inside)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return Counter(event.name for event in prof.events() if event.cpu_parent is None)
+
+
+def test_in_place_zeroing_keeps_each_gradient_and_runs_one_multi_tensor_call_per_dtype() -> None:
+    model, optimizer = _model_with_grads()
+    grads = [param.grad for param in model.parameters()]
+    zero = GradientZeroing(optimizer, in_place=True)
+    for step in range(3):  # the first call sorts the groups, the later ones reuse them
+        for grad in grads:
+            grad.fill_(step + 1.0)
+        ops = _top_level_ops(zero)
+        assert [param.grad is grad for param, grad in zip(model.parameters(), grads, strict=True)] == [True] * 6
+        assert all(not grad.any() for grad in grads), f"step {step}: a gradient was not zeroed"
+        assert ops["aten::_foreach_zero_"] == 2, ops  # float32 and float64
+        assert ops["aten::zero_"] == 0, ops  # not one call a gradient
+
+
+def test_a_gradient_replaced_between_steps_is_zeroed_too() -> None:
+    # As DDP's bucket rebuild after the first step: each parameter's gradient becomes a new tensor.
+    model, optimizer = _model_with_grads()
+    zero = GradientZeroing(optimizer, in_place=True)
+    zero()
+    params = list(model.parameters())
+    params[1].grad = torch.full_like(params[1], 5.0)
+    params[4].grad = torch.full_like(params[4], 7.0)
+    for grad in (params[0].grad, params[5].grad):
+        grad.fill_(3.0)
+    zero()
+    assert [float(param.grad.abs().sum()) for param in params] == [0.0] * 6
+    params[1].grad.fill_(2.0)  # the new gradient is kept from here on
+    zero()
+    assert float(params[1].grad.abs().sum()) == 0.0
+
+
+def test_gradients_that_appear_later_or_in_a_new_param_group_are_zeroed() -> None:
+    model, optimizer = _model_with_grads()
+    params = list(model.parameters())
+    params[2].grad = None  # no gradient yet (a layer a step did not reach)
+    zero = GradientZeroing(optimizer, in_place=True)
+    zero()
+    assert params[2].grad is None
+    params[2].grad = torch.ones_like(params[2])
+    extra = torch.nn.Parameter(torch.zeros(3))
+    optimizer.add_param_group({"params": [extra]})
+    extra.grad = torch.ones(3)
+    zero()
+    assert float(params[2].grad.abs().sum()) == 0.0
+    assert float(extra.grad.abs().sum()) == 0.0
+
+
+def test_a_gradient_with_history_is_cut_from_it_and_a_sparse_one_is_zeroed_every_step() -> None:
+    weight = torch.nn.Parameter(torch.ones(3))
+    table = torch.nn.Parameter(torch.ones(4, 2))
+    source = torch.ones(3, requires_grad=True)
+    weight.grad = source * 2  # as backward(create_graph=True) leaves it
+    table.grad = torch.sparse_coo_tensor([[0, 2]], torch.ones(2, 2), (4, 2))
+    zero = GradientZeroing(torch.optim.SGD([weight, table], lr=0.1), in_place=True)
+    for _ in range(2):
+        zero()
+        assert weight.grad.grad_fn is None and not weight.grad.any()
+        assert float(table.grad.to_dense().abs().sum()) == 0.0
+        table.grad = table.grad + torch.sparse_coo_tensor([[1]], torch.ones(1, 2), (4, 2))
+
+
+def test_without_bucket_views_the_gradients_are_set_to_none() -> None:
+    model, optimizer = _model_with_grads()
+    GradientZeroing(optimizer, in_place=False)()
+    assert all(param.grad is None for param in model.parameters())
+
+
+def test_each_way_bench_zero_grads_cost_times_zeroes_the_gradients_in_place(capsys) -> None:
+    # The bench compares these ways' host cost: each must do the whole job, in place, or the comparison is void.
+    from bench.zero_grads_cost import main, variants
+
+    model, optimizer = _model_with_grads()
+    grads = [param.grad for param in model.parameters()]
+    for name, zero in variants(optimizer).items():
+        for grad in grads:
+            grad.fill_(1.0)
+        zero()
+        assert all(param.grad is grad for param, grad in zip(model.parameters(), grads, strict=True)), name
+        assert all(not grad.any() for grad in grads), name
+    assert main(["--model", "resnet_tiny", "--blocks", "2", "--calls", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[1:]] == ["kept", "sorted", "foreach_only", "torch_zero_grad"]
+    assert all(float(line.split()[1]) > 0 for line in lines[1:])
