@@ -7,7 +7,9 @@ Why: at resnet50 batch 32 on one GPU the host bounds the step, so every µs of P
 is step time (docs/BENCHMARKS.md, issue 11). train.py zeroes DDP's bucket views in place
 (harness/train/zero_grads.py); this times, per call, in interleaved blocks of --calls calls each:
   - `kept`: GradientZeroing as train.py runs it, its groups kept from the last step;
-  - `sorted`: the same with the groups sorted again every call (what it did before they were kept);
+  - `sorted`: the same with its groups marked stale every call, so that it sorts them again: a call's cost when a
+    gradient changed (DDP's bucket rebuild), the identity check included. Before the groups were kept, every call
+    sorted, in one pass without that check (docs/BENCHMARKS.md has that version's time, measured once);
   - `foreach_only`: the multi-tensor call alone on a ready list, the floor;
   - `torch_zero_grad`: `Optimizer.zero_grad(set_to_none=False)`, torch's own in-place zeroing (a call a gradient).
 On the meta device no kernel runs and nothing is allocated: what is timed is the host's work, which is what a
@@ -37,7 +39,7 @@ def variants(optimizer: torch.optim.Optimizer) -> dict[str, Callable[[], None]]:
     grads = [param.grad for group in optimizer.param_groups for param in group["params"]]
 
     def sorted_each_call() -> None:
-        resorted._grads = []  # forget the groups: the call sorts them again
+        resorted._stale[0] = True  # as when a gradient was freed: the call sorts them again
         resorted()
 
     return {

@@ -6,6 +6,8 @@ the zeroing runs: one multi-tensor call a device and dtype, no kernel a gradient
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections import Counter
 
 import torch
@@ -75,18 +77,69 @@ def test_gradients_that_appear_later_or_in_a_new_param_group_are_zeroed() -> Non
     assert float(extra.grad.abs().sum()) == 0.0
 
 
-def test_a_gradient_with_history_is_cut_from_it_and_a_sparse_one_is_zeroed_every_step() -> None:
+def test_a_gradient_with_history_is_cut_from_it() -> None:
     weight = torch.nn.Parameter(torch.ones(3))
-    table = torch.nn.Parameter(torch.ones(4, 2))
     source = torch.ones(3, requires_grad=True)
     weight.grad = source * 2  # as backward(create_graph=True) leaves it
-    table.grad = torch.sparse_coo_tensor([[0, 2]], torch.ones(2, 2), (4, 2))
-    zero = GradientZeroing(torch.optim.SGD([weight, table], lr=0.1), in_place=True)
-    for _ in range(2):
+    GradientZeroing(torch.optim.SGD([weight], lr=0.1), in_place=True)()
+    assert weight.grad.grad_fn is None and not weight.grad.any()
+
+
+def test_a_sparse_gradient_accumulated_in_place_is_zeroed_every_step() -> None:
+    # A sparse embedding's backward adds into the same gradient tensor: the identity check alone would pass it by.
+    embedding = torch.nn.Embedding(6, 2, sparse=True)
+    dense = torch.nn.Linear(2, 1)
+    zero = GradientZeroing(torch.optim.SGD([*embedding.parameters(), *dense.parameters()], lr=0.1), in_place=True)
+    sparse_grad = None
+    for step in range(3):
+        dense(embedding(torch.tensor([step, 5]))).sum().backward()
+        sparse_grad = sparse_grad if sparse_grad is not None else embedding.weight.grad
+        assert embedding.weight.grad is sparse_grad, "the premise: backward accumulates into the same tensor"
+        assert float(embedding.weight.grad.to_dense().abs().sum()) > 0
         zero()
-        assert weight.grad.grad_fn is None and not weight.grad.any()
-        assert float(table.grad.to_dense().abs().sum()) == 0.0
-        table.grad = table.grad + torch.sparse_coo_tensor([[1]], torch.ones(1, 2), (4, 2))
+        assert float(embedding.weight.grad.to_dense().abs().sum()) == 0.0, f"step {step}"
+        assert all(not param.grad.any() for param in dense.parameters()), f"step {step}"
+
+
+def test_a_replaced_or_dropped_gradient_is_not_kept_alive_and_then_not_zeroed() -> None:
+    # DDP's bucket rebuild drops the old buckets: the zeroing must not hold them (one more copy of the gradients).
+    model, optimizer = _model_with_grads()
+    zero = GradientZeroing(optimizer, in_place=True)
+    zero()
+    params = list(model.parameters())
+    old = weakref.ref(params[0].grad)
+    params[0].grad = torch.ones_like(params[0])
+    params[3].grad = None  # dropped, and nothing else holds it
+    gc.collect()
+    assert old() is None, "the zeroing kept a replaced gradient alive"
+    zero()  # the dropped one is not picked (a None in a multi-tensor call would raise)
+    assert params[3].grad is None
+    assert [float(p.grad.abs().sum()) for i, p in enumerate(params) if i != 3] == [0.0] * 5
+
+
+def test_a_gradient_dropped_with_nothing_else_changed_is_left_out() -> None:
+    # Freed, its weak reference reads None, as a parameter without a gradient does: the groups must not keep it.
+    model, optimizer = _model_with_grads()
+    zero = GradientZeroing(optimizer, in_place=True)
+    zero()
+    params = list(model.parameters())
+    params[3].grad = None
+    for index in (0, 5):
+        params[index].grad.fill_(2.0)
+    zero()  # a None in a multi-tensor call would raise
+    assert params[3].grad is None
+    assert [float(p.grad.abs().sum()) for i, p in enumerate(params) if i != 3] == [0.0] * 5
+
+
+def test_a_parameter_added_to_an_existing_group_is_zeroed() -> None:
+    _model, optimizer = _model_with_grads()
+    zero = GradientZeroing(optimizer, in_place=True)
+    zero()
+    extra = torch.nn.Parameter(torch.zeros(2))
+    extra.grad = torch.ones(2)
+    optimizer.param_groups[0]["params"].append(extra)
+    zero()
+    assert not extra.grad.any()
 
 
 def test_without_bucket_views_the_gradients_are_set_to_none() -> None:

@@ -9,17 +9,34 @@ foreach=True (SGD's default is None): 161 CUDA launches a step for resnet50, as 
 device's and dtype's gradients in a few multi-tensor kernels, as the optimizer itself does with foreach=True.
 
 Sorting the gradients by device and dtype is Python over every parameter, on the training loop's thread of a step
-the host may bound: about 60 µs a step for resnet50 on the 2-core machine. The views are the same tensors from one
-step to the next (DDP replaces them only when it rebuilds its buckets, after the first step), so the groups are
-kept and rebuilt only when a gradient is not the tensor it was; telling that is one attribute read a parameter.
+the host may bound (about 40 µs a step for resnet50 on the 2-core machine, docs/BENCHMARKS.md). The views are the
+same tensors from one step to the next (DDP replaces them when it rebuilds its buckets, after the first step), so
+the sorting is kept, as each group's positions in the parameter list, and done again only when a gradient is not
+the tensor it was. The gradients themselves are held by weak references only: a strong one would keep the buckets
+DDP dropped at its rebuild alive through the next step, one more copy of the gradients at that step's peak.
 """
 
 from __future__ import annotations
 
 import operator
+import weakref
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 
 import torch
+
+
+def _no_gradient() -> None:
+    """The weak reference kept for a parameter that had no gradient."""
+    return None
+
+
+def _picker(positions: list[int]) -> Callable[[list[torch.Tensor | None]], Sequence[torch.Tensor]]:
+    """The gradients at `positions` of a step's list, picked in C."""
+    if len(positions) == 1:
+        only = positions[0]
+        return lambda grads: (grads[only],)
+    return operator.itemgetter(*positions)
 
 
 class GradientZeroing:
@@ -30,36 +47,51 @@ class GradientZeroing:
         self.optimizer = optimizer
         self.in_place = in_place
         self._params: list[torch.Tensor] = []
-        self._param_groups = 0  # how many param groups _params was read from (add_param_group adds one)
-        self._grads: list[torch.Tensor | None] = []  # the gradients the groups were sorted from
-        self._groups: list[list[torch.Tensor]] = []  # per device and dtype, for torch._foreach_zero_
+        self._params_read_from: tuple[tuple[int, int], ...] = ()  # each group's params list: (id, length)
+        self._grad_refs: list[Callable[[], torch.Tensor | None]] = []  # the gradients the groups were sorted from
+        self._stale = [True]  # set when one of them is freed (its weak reference's callback), or one is sparse
+        self._pickers: list[Callable[[list[torch.Tensor | None]], Sequence[torch.Tensor]]] = []  # per device, dtype
 
     def __call__(self) -> None:
         if not self.in_place:
             self.optimizer.zero_grad(set_to_none=True)
             return
-        if len(self.optimizer.param_groups) != self._param_groups:
-            self._param_groups = len(self.optimizer.param_groups)
+        read_from = tuple((id(group["params"]), len(group["params"])) for group in self.optimizer.param_groups)
+        if read_from != self._params_read_from:  # a group added, or parameters added to one
+            self._params_read_from = read_from
             self._params = [param for group in self.optimizer.param_groups for param in group["params"]]
-            self._grads = []
+            self._grad_refs = []
         grads = [param.grad for param in self._params]
-        if len(grads) != len(self._grads) or not all(map(operator.is_, grads, self._grads)):
+        if (
+            self._stale[0]
+            or len(grads) != len(self._grad_refs)
+            or not all(map(operator.is_, grads, [ref() for ref in self._grad_refs]))
+        ):
             self._regroup(grads)
-        for group in self._groups:
-            torch._foreach_zero_(group)
+        for pick in self._pickers:
+            torch._foreach_zero_(pick(grads))
 
     def _regroup(self, grads: list[torch.Tensor | None]) -> None:
         """Sort `grads` into the groups, zeroing here what a multi-tensor kernel cannot take (sparse ones)."""
-        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = defaultdict(list)
-        for grad in grads:
+        groups: dict[tuple[torch.device, torch.dtype], list[int]] = defaultdict(list)
+        sparse = False
+        for position, grad in enumerate(grads):
             if grad is None:
                 continue
             if grad.grad_fn is not None:  # as Optimizer.zero_grad: a gradient with history is cut from it first
                 grad.detach_()
             if grad.is_sparse:
                 grad.zero_()
+                sparse = True
             else:
-                groups[(grad.device, grad.dtype)].append(grad)
-        # A sparse gradient is zeroed once here; kept out of _grads, a later step sorts again and zeroes it again.
-        self._grads = grads if not any(grad is not None and grad.is_sparse for grad in grads) else []
-        self._groups = list(groups.values())
+                groups[(grad.device, grad.dtype)].append(position)
+        self._pickers = [_picker(positions) for positions in groups.values()]
+        # A freed gradient would read as None, like a parameter without one: its callback marks the groups stale.
+        # A sparse gradient is zeroed here only, so with one the groups stay stale and every call sorts again.
+        stale = [sparse]
+
+        def freed(_ref: weakref.ref, stale: list[bool] = stale) -> None:
+            stale[0] = True
+
+        self._stale = stale
+        self._grad_refs = [_no_gradient if grad is None else weakref.ref(grad, freed) for grad in grads]
