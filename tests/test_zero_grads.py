@@ -164,3 +164,42 @@ def test_each_way_bench_zero_grads_cost_times_zeroes_the_gradients_in_place(caps
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines[1:]] == ["kept", "sorted", "foreach_only", "torch_zero_grad"]
     assert all(float(line.split()[1]) > 0 for line in lines[1:])
+
+
+def _buckets_rebuilt_under_the_zeroing(rank: int, world_size: int) -> dict[str, int]:
+    """Two steps of resnet_tiny under DDP with bucket views, zeroed as train.py zeroes them; how many of step 0's
+    gradients DDP replaced by step 1's backward (its bucket rebuild), and how many of those were still alive."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from models import get_model_spec
+
+    spec = get_model_spec("resnet_tiny")
+    torch.manual_seed(0)
+    ddp = DDP(spec.build(image_size=32), gradient_as_bucket_view=True, bucket_cap_mb=0.05)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    zero = GradientZeroing(optimizer, in_place=True)
+    batch = spec.make_batch(2, torch.device("cpu"), rank, image_size=32)
+    spec.loss(ddp, batch).backward()
+    optimizer.step()
+    zero()
+    before = [weakref.ref(param.grad) for param in ddp.parameters()]
+    spec.loss(ddp, batch).backward()  # the forward rebuilds DDP's buckets: new views
+    gc.collect()
+    replaced = sum(ref() is not param.grad for ref, param in zip(before, ddp.parameters(), strict=True))
+    alive = sum(
+        ref() is not None and ref() is not param.grad for ref, param in zip(before, ddp.parameters(), strict=True)
+    )
+    zero()
+    return {"replaced": replaced, "alive": alive, "nonzero": sum(bool(p.grad.any()) for p in ddp.parameters())}
+
+
+def test_ddps_bucket_rebuild_frees_the_old_views_with_the_zeroing_in_place(tmp_path) -> None:
+    """On 2 real gloo ranks: DDP replaces the views when it rebuilds its buckets (the premise of sorting again), the
+    zeroing keeps none of the old ones alive (they would be one more copy of the gradients at that step's peak), and
+    it zeroes the new ones."""
+    from tests.multiproc import run_workers
+
+    for result in run_workers(_buckets_rebuilt_under_the_zeroing, 2, tmp_path):
+        assert result["replaced"] > 0, result
+        assert result["alive"] == 0, result
+        assert result["nonzero"] == 0, result
