@@ -77,17 +77,18 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError("--blocks and --calls must be at least 1")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device here")
+    cuda = args.device == "cuda"
     model = get_model_spec(args.model).build().to(args.device)
     for param in model.parameters():
         param.grad = torch.zeros_like(param)
     ways = variants(torch.optim.SGD(model.parameters(), lr=0.1))
     times: dict[str, list[float]] = {name: [] for name in ways}
     for fn in ways.values():  # warm-up: the first call sorts the kept groups
-        us_per_call(fn, 10, args.device == "cuda")
+        us_per_call(fn, 10, cuda)
     for block in range(args.blocks):
         order = list(ways)[block % len(ways) :] + list(ways)[: block % len(ways)]  # rotating
         for name in order:
-            times[name].append(us_per_call(ways[name], args.calls, args.device == "cuda"))
+            times[name].append(us_per_call(ways[name], args.calls, cuda))
     grads = sum(1 for _ in model.parameters())
     print(
         f"# {args.model}, {grads} gradients on {args.device}: host µs per call, median [min, max] of {args.blocks} "
