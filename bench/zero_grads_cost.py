@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.blocks < 1 or args.calls < 1:
         raise UsageError("--blocks and --calls must be at least 1")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device here")
     cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device here")
     model = get_model_spec(args.model).build().to(args.device)
     for param in model.parameters():
         param.grad = torch.zeros_like(param)
