@@ -54,7 +54,6 @@ import datetime
 import json
 import math
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -64,14 +63,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.common import thread_cpu
-from harness.common.cli import OneLineParser, UsageError, run_cli
+from harness.common.cli import OneLineParser, UsageError, refusal_line, run_cli
 from harness.common.metrics import median_ci95, percentile
 from harness.common.names import SUMMARY_FILE
 from harness.common.thread_cpu import WAITS_KEY
 
 REPO = Path(__file__).resolve().parent.parent
-# How every program here refuses bad input (harness.common.cli.run_cli): "<prog>: error: <message>".
-USAGE_REFUSAL = re.compile(r"^(train\.py|python -m [\w.]+): error: ")
 PROBE_KEYS = ("cpu_probe_ms_before", "cpu_probe_ms_after")  # cpu_probe_ms's readings kept with each run
 
 # One change at a time against train.py as shipped (each a train.py argument list).
@@ -267,7 +264,7 @@ def run(cmd: list[str], args: argparse.Namespace, what: str) -> subprocess.Compl
     if proc.returncode != 0:
         # A run that refused its arguments (an option this bench passed on from the user's) is the user's mistake:
         # its own one line, not a traceback. Anything else is the run's failure, with the end of what it said.
-        refusal = next((line for line in proc.stderr.splitlines() if USAGE_REFUSAL.match(line)), None)
+        refusal = refusal_line(proc.stderr)
         if refusal is not None:
             raise UsageError(f"{what} refused its arguments: {refusal}")
         raise RuntimeError(f"{what} exited {proc.returncode}: {proc.stderr[-2000:]}")

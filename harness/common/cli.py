@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -41,6 +42,15 @@ def run_cli(main: Callable[[], int | None], prog: str) -> int | None:
         # Python flushes stdout again at exit; point it at /dev/null so that flush cannot fail too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(EXIT_BROKEN_PIPE) from None
+
+
+# The line run_cli writes for a UsageError, as another program reads it from one of these commands' stderr.
+_REFUSAL = re.compile(r"^(train\.py|python -m [\w.]+): error: ")
+
+
+def refusal_line(stderr: str) -> str | None:
+    """The line in a command's `stderr` where it refused a user's mistake (run_cli's), or None if there is none."""
+    return next((line for line in stderr.splitlines() if _REFUSAL.match(line)), None)
 
 
 class OneLineParser(argparse.ArgumentParser):
