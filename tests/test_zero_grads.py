@@ -10,6 +10,7 @@ import gc
 import weakref
 from collections import Counter
 
+import pytest
 import torch
 
 from harness.train.zero_grads import GradientZeroing
@@ -42,6 +43,37 @@ def test_in_place_zeroing_keeps_each_gradient_and_runs_one_multi_tensor_call_per
         assert all(not grad.any() for grad in grads), f"step {step}: a gradient was not zeroed"
         assert ops["aten::_foreach_zero_"] == 2, ops  # float32 and float64
         assert ops["aten::zero_"] == 0, ops  # not one call a gradient
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_each_device_and_dtype_is_one_multi_tensor_call_and_no_kernel_a_gradient() -> None:
+    # As train.py's bf16-true model beside a float32 one on the GPU, and a float32 layer left on the CPU: three groups.
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 8).cuda().bfloat16(), torch.nn.Linear(8, 8).cuda(), torch.nn.Linear(8, 8).cuda()
+    )
+    cpu_layer = torch.nn.Linear(8, 8)
+    params = [*model.parameters(), *cpu_layer.parameters()]
+    for param in params:
+        param.grad = torch.ones_like(param)
+    grads = [param.grad for param in params]
+    zero = GradientZeroing(torch.optim.SGD(params, lr=0.1), in_place=True)
+    for step in range(3):
+        for grad in grads:
+            grad.fill_(step + 1.0)
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        ) as prof:
+            zero()
+            torch.cuda.synchronize()
+        ops = Counter(event.name for event in prof.events() if event.cpu_parent is None)
+        assert all(param.grad is grad for param, grad in zip(params, grads, strict=True))
+        assert all(not grad.any() for grad in grads), f"step {step}: a gradient was not zeroed"
+        assert ops["aten::_foreach_zero_"] == 3, ops  # cuda bf16, cuda float32, cpu float32
+        assert ops["aten::zero_"] == 0, ops
+        # The GPU's 6 gradients in 2 groups: a few multi-tensor kernels, not one a gradient.
+        launches = [event.name for event in prof.events() if "LaunchKernel" in event.name or "Memset" in event.name]
+        assert 1 <= len(launches) <= 2, [event.name for event in prof.events()]
 
 
 def test_a_gradient_replaced_between_steps_is_zeroed_too() -> None:
