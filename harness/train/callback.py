@@ -272,7 +272,14 @@ class CommTimingCallback(pl.Callback):
         self._current_step = step
         self.phase = "step"
         if self._worker is not None:
-            self._wait_for_worker()
+            try:
+                self._wait_for_worker()
+            except OutputFailed:
+                # The other ranks start this step with its rank gather, if one is due (the loop's thread runs it
+                # on every rank): meet them there first, so that all of them stop at this step, after it.
+                if self._gather_due(step - RESOLVE_LAG_STEPS):
+                    self._resolve_ready(step - RESOLVE_LAG_STEPS)
+                raise
         if self.clock is not None and step in (self.clock.first, self.clock.last):
             # Where the clock read its clocks, just before this callback.
             self._cpu_at[step] = {**self.cpu_s, "step_worker": self._worker.cpu_s if self._worker else 0.0}
