@@ -129,28 +129,52 @@ def _compare_worker(rank: int, world_size: int, hook_name: str, bucket_cap_mb: f
     }
 
 
-@pytest.mark.parametrize("hook_name", ["allreduce", "fp16"])
-def test_one_rank_skips_the_division_and_keeps_numerics(tmp_path, hook_name):
+# The gloo cases below run in two spawned worlds, one of 1 rank and one of 2, each running its cases one after
+# another (_cases_worker): a spawn costs seconds of imports, a case a fraction of one.
+ONE_RANK_CASES = [("allreduce", SMALL_BUCKET_MB), ("fp16", SMALL_BUCKET_MB)]
+# torch's own PowerSGD races on gloo with several buckets (its chained collectives are issued from gloo's
+# threads), so its reference runs with one bucket; the timed hook's per-bucket groups are checked with many.
+TWO_RANK_CASES = [
+    ("allreduce", SMALL_BUCKET_MB),
+    ("fp16", SMALL_BUCKET_MB),
+    ("bf16", SMALL_BUCKET_MB),
+    ("powersgd", ONE_BUCKET_MB),
+]
+POWERSGD_MANY_BUCKETS, NOOP = "powersgd_many_buckets", "noop"  # the other 2-rank workers' results, by key
+
+
+def _cases_worker(rank: int, world_size: int, cases: list[tuple[str, float]]) -> dict:
+    """Each compare case's result, by case; in the world of 2 also the PowerSGD and noop workers'."""
+    results: dict = {case: _compare_worker(rank, world_size, *case) for case in cases}
+    if world_size == 2:
+        results[POWERSGD_MANY_BUCKETS] = _powersgd_many_buckets_worker(rank, world_size)
+        results[NOOP] = _noop_worker(rank, world_size)
+    return results
+
+
+@pytest.fixture(scope="module")
+def one_rank_results(tmp_path_factory) -> dict:
+    (results,) = run_workers(_cases_worker, 1, tmp_path_factory.mktemp("one_rank"), ONE_RANK_CASES)
+    return results
+
+
+@pytest.fixture(scope="module")
+def two_rank_results(tmp_path_factory) -> list[dict]:
+    return run_workers(_cases_worker, 2, tmp_path_factory.mktemp("two_ranks"), TWO_RANK_CASES)
+
+
+@pytest.mark.parametrize("case", ONE_RANK_CASES, ids=[name for name, _ in ONE_RANK_CASES])
+def test_one_rank_skips_the_division_and_keeps_numerics(one_rank_results, case):
     # At world size 1 the timed hooks leave out the division by 1 (a pass over every bucket): the gradients
     # are still those of DDP's own reduction and torch's fp16 hook, bit for bit.
-    (res,) = run_workers(_compare_worker, 1, tmp_path, hook_name, SMALL_BUCKET_MB)
+    res = one_rank_results[case]
     assert all(res["bitwise_equal"]) and res["differs_across_steps"]
     assert res["stamps_within_backward"] and res["pending_after"] == []
 
 
-# torch's own PowerSGD races on gloo with several buckets (its chained collectives are issued from gloo's
-# threads), so its reference runs with one bucket; the timed hook's per-bucket groups are checked with many.
-@pytest.mark.parametrize(
-    ("hook_name", "bucket_cap_mb"),
-    [
-        ("allreduce", SMALL_BUCKET_MB),
-        ("fp16", SMALL_BUCKET_MB),
-        ("bf16", SMALL_BUCKET_MB),
-        ("powersgd", ONE_BUCKET_MB),
-    ],
-)
-def test_timed_hook_keeps_numerics_and_counts_bytes(tmp_path, hook_name, bucket_cap_mb):
-    results = run_workers(_compare_worker, 2, tmp_path, hook_name, bucket_cap_mb)
+@pytest.mark.parametrize(("hook_name", "bucket_cap_mb"), TWO_RANK_CASES)
+def test_timed_hook_keeps_numerics_and_counts_bytes(two_rank_results, hook_name, bucket_cap_mb):
+    results = [by_case[(hook_name, bucket_cap_mb)] for by_case in two_rank_results]
     for rank, res in enumerate(results):
         assert all(res["bitwise_equal"]), f"rank {rank}: gradients differ from the reference per step"
         assert res["differs_across_steps"]
@@ -195,8 +219,8 @@ def _powersgd_many_buckets_worker(rank: int, world_size: int) -> dict:
     }
 
 
-def test_powersgd_with_many_buckets_on_gloo(tmp_path):
-    results = run_workers(_powersgd_many_buckets_worker, 2, tmp_path)
+def test_powersgd_with_many_buckets_on_gloo(two_rank_results):
+    results = [by_case[POWERSGD_MANY_BUCKETS] for by_case in two_rank_results]
     for res in results:
         assert res["buckets"][2] > 1
         assert res["step_bytes"][:2] == [res["full"]] * 2
@@ -215,8 +239,8 @@ def _noop_worker(rank: int, world_size: int) -> dict:
     return {"bytes": bytes_, "ranks_differ": not torch.equal(gathered[0], gathered[1])}
 
 
-def test_noop_hook_sends_nothing(tmp_path):
-    for res in run_workers(_noop_worker, 2, tmp_path):
+def test_noop_hook_sends_nothing(two_rank_results):
+    for res in (by_case[NOOP] for by_case in two_rank_results):
         assert res["bytes"] == [0] * STEPS
         assert res["ranks_differ"], "without communication each rank keeps its own gradients"
 

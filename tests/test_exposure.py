@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -119,8 +120,22 @@ def _replicas_agree(ddp: DDP) -> bool:
     return all(torch.equal(gathered[0], g) for g in gathered)
 
 
-def test_negligible_compute_exposes_all_communication(tmp_path):
-    for res in run_workers(_exposure_worker, 2, tmp_path, "no_compute"):
+def _all_cases_worker(rank: int, world_size: int) -> dict:
+    """Every case of this module, one after another, in one spawned world (a spawn costs seconds of imports)."""
+    return {
+        "no_compute": _exposure_worker(rank, world_size, "no_compute"),
+        "heavy_compute": _exposure_worker(rank, world_size, "heavy_compute"),
+        "calibrated_training": _calibrated_training_worker(rank, world_size),
+    }
+
+
+@pytest.fixture(scope="module")
+def two_rank_results(tmp_path_factory) -> list[dict]:
+    return run_workers(_all_cases_worker, 2, tmp_path_factory.mktemp("exposure"))
+
+
+def test_negligible_compute_exposes_all_communication(two_rank_results):
+    for res in (by_case["no_compute"] for by_case in two_rank_results):
         assert len(res["calibration_bytes"]) > CALIBRATION_STEPS, "the block, then samples spread through the run"
         assert set(res["calibration_bytes"]) == {0}, "calibration steps send nothing"
         assert res["params_equal"], "replicas diverged"
@@ -134,8 +149,8 @@ def test_negligible_compute_exposes_all_communication(tmp_path):
         assert res["overlap_pct"] < 40, res
 
 
-def test_heavy_compute_hides_small_gradients(tmp_path):
-    for res in run_workers(_exposure_worker, 2, tmp_path, "heavy_compute"):
+def test_heavy_compute_hides_small_gradients(two_rank_results):
+    for res in (by_case["heavy_compute"] for by_case in two_rank_results):
         assert res["params_equal"], "replicas diverged"
         assert res["buckets"] >= 4, res
         assert res["compute_only_ms"] >= 5 * BACKWARD_SLEEP_S * 1e3
@@ -195,12 +210,12 @@ def _calibrated_training_worker(rank: int, world_size: int) -> dict:
     }
 
 
-def test_calibration_steps_train_exactly_as_ddp_does(tmp_path):
+def test_calibration_steps_train_exactly_as_ddp_does(two_rank_results):
     # With two ranks the sum a/2 + b/2 is one addition, whatever the order, so averaging after backward gives
     # DDP's own gradients bit for bit, and the weights of a run with calibration steps equal those of a run
     # with none. Dropping a calibration step's gradients (zeroing them) leaves different weights, so the
     # comparison can tell the two apart.
-    for res in run_workers(_calibrated_training_worker, 2, tmp_path):
+    for res in (by_case["calibrated_training"] for by_case in two_rank_results):
         assert res["calibrated_equals_ddp"], res
         assert not res["dropped_equals_ddp"], res
         assert res["moved"] == 0.0, res  # the uncalibrated run itself is deterministic

@@ -67,7 +67,9 @@ def test_training_across_two_nodes_over_veth(tmp_path):
 def sweep_busbw(hosts, jsonl) -> float:
     """A 16 MiB in-place all_reduce swept on every host at once: its bus bandwidth, GB/s, checked to be one row of a
     sweep over all the hosts, in node order, with every element right."""
-    sweep = ["-m", "harness.raw_sweep", "--collectives", "all_reduce", "--sizes", "16M"]
+    # 2 warm-up and 8 timed calls (not nccl-tests' 5 and 20): busbw is their mean, and at 0.3-0.5 s a call the
+    # default's 26 calls made this the suite's slowest test.
+    sweep = ["-m", "harness.raw_sweep", "--collectives", "all_reduce", "--sizes", "16M", "-w", "2", "-n", "8"]
     procs = run_on_hosts(hosts, [*sweep, "--placements", "in_place", "--json", str(jsonl)], timeout_s=120)
     assert all(p.returncode == 0 for p in procs), procs[0].stderr[-3000:]
     records = [json.loads(line) for line in jsonl.read_text().splitlines()]
