@@ -333,8 +333,13 @@ def test_ctrl_c_keeps_the_measurements_and_leaves_no_rank(tmp_path, where):
     assert "Traceback" not in err
     summary, _ = _kept(logdir)
     # Each rank gets the signal itself: rank 0 stops at a step boundary, or, when its peer reached a boundary first
-    # and left the step's collective, says the signal came first and names what then failed.
-    stopped = r"rank 0: interrupted by SIGINT( at (the start of )?step \d+.*|; then step \d+, .* failed: .*)"
+    # and left a collective, says the signal came first and names what then failed: the step's gradient
+    # all_reduce, or a collective the harness runs at a step's start (a rank gather, a calibration step's average).
+    collective = (
+        r"(step \d+, .*|all_gather of every rank's times for step \d+ \(rank gather\)"
+        r"|all_reduce of step \d+'s gradients after its compute-only backward \(calibration, [\d,]+ B\))"
+    )
+    stopped = rf"rank 0: interrupted by SIGINT( at (the start of )?step \d+.*|; then {collective} failed: .*)"
     assert re.fullmatch(stopped, summary["reason"]), summary
     (summary_path,) = logdir.glob("*/*/summary.json")
     assert f"train.py: {summary['reason']}; what was measured is in {summary_path} (completed: false)\n" in err
