@@ -42,8 +42,14 @@ def hook_runs(tmp_path_factory) -> dict[str, dict[str, list]]:
     finally:  # a run that hung or failed to start leaves none of the others behind
         for proc in procs.values():
             if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+                # SIGTERM, which torchrun passes on to its ranks (they run in sessions of their own, out of
+                # reach of a SIGKILL to torchrun); SIGKILL only if it does not end.
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
     runs = {}
     for name, proc in procs.items():
         stdout, stderr = ((tmp / f"{name}.{kind}").read_text() for kind in ("out", "err"))

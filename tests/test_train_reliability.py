@@ -19,7 +19,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from harness.common import tags
 from harness.common.cli import run_cli
-from tests.train_runs import STARTED_SESSIONS, default_sighup, measured_steps_upto
+from tests.train_runs import HARNESS_COLLECTIVE, STARTED_SESSIONS, default_sighup, measured_steps_upto
 from train import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -259,13 +259,11 @@ def _kept(logdir: Path) -> tuple[dict, EventAccumulator]:
 
 
 # What rank 0 names when its peer vanishes: the step and the collective that failed.
+# A launcher's SIGTERM may come first, and is then named first.
 FAILED_COLLECTIVE = re.compile(
-    r"rank 0: (interrupted by SIGTERM; then )?step \d+, (gradient all_reduce of bucket \d+ \([\d,]+ B, [\d,]+ "
-    r"float32 elements\)|DDP's broadcast of the model's buffers from rank 0 \([\d,]+ B, before the forward\)) "
-    r"failed: RuntimeError: "
-    r"|rank 0: all_gather of every rank's times for step \d+ \(rank gather\) failed: RuntimeError: "
-    r"|rank 0: all_reduce of step \d+'s gradients after its compute-only backward \(calibration, [\d,]+ B\) "
-    r"failed: RuntimeError: "
+    r"rank 0: (interrupted by SIGTERM; then )?(step \d+, (gradient all_reduce of bucket \d+ \([\d,]+ B, [\d,]+ "
+    r"float32 elements\)|DDP's broadcast of the model's buffers from rank 0 \([\d,]+ B, before the forward\))"
+    rf"|{HARNESS_COLLECTIVE}) failed: RuntimeError: "
 )
 
 
@@ -333,13 +331,10 @@ def test_ctrl_c_keeps_the_measurements_and_leaves_no_rank(tmp_path, where):
     assert "Traceback" not in err
     summary, _ = _kept(logdir)
     # Each rank gets the signal itself: rank 0 stops at a step boundary, or, when its peer reached a boundary first
-    # and left a collective, says the signal came first and names what then failed: the step's gradient
-    # all_reduce, or a collective the harness runs at a step's start (a rank gather, a calibration step's average).
-    collective = (
-        r"(step \d+, .*|all_gather of every rank's times for step \d+ \(rank gather\)"
-        r"|all_reduce of step \d+'s gradients after its compute-only backward \(calibration, [\d,]+ B\))"
-    )
-    stopped = rf"rank 0: interrupted by SIGINT( at (the start of )?step \d+.*|; then {collective} failed: .*)"
+    # and left a collective, says the signal came first and names what then failed: a step's gradient all_reduce,
+    # or a collective of the harness's own (a rank gather, a calibration step's average).
+    then_failed = rf"; then (step \d+, .*|{HARNESS_COLLECTIVE}) failed: .*"
+    stopped = rf"rank 0: interrupted by SIGINT( at (the start of )?step \d+.*|{then_failed})"
     assert re.fullmatch(stopped, summary["reason"]), summary
     (summary_path,) = logdir.glob("*/*/summary.json")
     assert f"train.py: {summary['reason']}; what was measured is in {summary_path} (completed: false)\n" in err

@@ -32,6 +32,12 @@ PROMISED_TAGS = [
     "comm/max_bucket_ms",
 ]
 BUCKET_TAGS = ["time_ms", "codec_ms", "bytes", "busbw_gbps"]
+# The collectives the harness itself runs beside the steps' gradient all_reduces, as a stop line names one that failed
+# (harness.train.callback: the rank gather at a step's start, a calibration step's average after its backward).
+HARNESS_COLLECTIVE = (
+    r"all_gather of every rank's times for step \d+ \(rank gather\)"
+    r"|all_reduce of step \d+'s gradients after its compute-only backward \(calibration, [\d,]+ B\)"
+)
 
 
 def measured_steps_upto(last: int) -> list[int]:

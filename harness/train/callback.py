@@ -39,6 +39,7 @@ and who say they stopped because of it), keeps what it still can, and stops writ
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Iterator
@@ -276,9 +277,8 @@ class CommTimingCallback(pl.Callback):
                 self._wait_for_worker()
             except OutputFailed:
                 # The other ranks start this step with its rank gather, if one is due (the loop's thread runs it
-                # on every rank): meet them there first, so that all of them stop at this step, after it.
-                if self._gather_due(step - RESOLVE_LAG_STEPS):
-                    self._resolve_ready(step - RESOLVE_LAG_STEPS)
+                # on every rank): meet them there first, so that all of them stop at this step.
+                self._join_due_gathers(step - RESOLVE_LAG_STEPS)
                 raise
         if self.clock is not None and step in (self.clock.first, self.clock.last):
             # Where the clock read its clocks, just before this callback.
@@ -369,6 +369,15 @@ class CommTimingCallback(pl.Callback):
             if step > upto:
                 break
             self._finish_step(stamps.resolve(step), gather=gather)
+
+    def _join_due_gathers(self, upto: int) -> None:
+        """After this rank's worker failed to write (its writer is gone, so nothing is written here): resolve the
+        pending steps up to `upto` with the rank gathers every other rank runs for them, so that they do not wait in
+        one for this rank. The write's failure stays the reason: a gather that fails too (a peer already gone) is
+        not reported over it."""
+        if self._gather_due(upto):
+            with contextlib.suppress(Exception):
+                self._resolve_ready(upto)
 
     def _wait_for_worker(self) -> None:
         """Wait for the worker's job. An output it could not write stops the run here, at this step, which is
@@ -527,17 +536,25 @@ class CommTimingCallback(pl.Callback):
 
     def _finish(self, trainer: pl.Trainer, completed: bool, reason: str = "") -> None:
         self.finished = True
+        worker_failed: OutputFailed | None = None
         if self._worker is not None:
             worker, self._worker, self._deferred_upto = self._worker, None, None  # the loop below resolves it all
             try:
                 if completed:
-                    worker.wait()  # its job's error ends the run as a failure (on_exception keeps the rest)
+                    worker.wait()
+            except OutputFailed as err:
+                # Its job's error ends the run as a failure (on_exception keeps the rest), once the last steps'
+                # rank gathers below, which every other rank runs, are done here too (its writer is gone).
+                worker_failed = err
             finally:
                 worker.close()
         stamps = self.state.stamps
         pending = stamps.pending_steps()
         # A step stopped midway is incomplete: dropped (every step before it has its end).
         incomplete = pending.pop() if pending and self._step_open else None
+        if worker_failed is not None:
+            self._join_due_gathers(pending[-1] if pending else -1)
+            raise worker_failed
         for step in pending:
             # A peer may be gone after a failure: no cross-rank gathers then.
             self._finish_step(stamps.resolve(step), gather=completed)
