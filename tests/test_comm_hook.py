@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 
 import pytest
 import torch
@@ -144,11 +145,19 @@ POWERSGD_MANY_BUCKETS, NOOP = "powersgd_many_buckets", "noop"  # the other 2-ran
 
 
 def _cases_worker(rank: int, world_size: int, cases: list[tuple[str, float]]) -> dict:
-    """Each compare case's result, by case; in the world of 2 also the PowerSGD and noop workers'."""
-    results: dict = {case: _compare_worker(rank, world_size, *case) for case in cases}
+    """Each compare case's result, by case; in the world of 2 also the PowerSGD and noop workers'. A case that
+    raises ends the world; its traceback names the case (every test of the world then reports it)."""
+    runs: dict = {case: partial(_compare_worker, rank, world_size, *case) for case in cases}
     if world_size == 2:
-        results[POWERSGD_MANY_BUCKETS] = _powersgd_many_buckets_worker(rank, world_size)
-        results[NOOP] = _noop_worker(rank, world_size)
+        runs[POWERSGD_MANY_BUCKETS] = partial(_powersgd_many_buckets_worker, rank, world_size)
+        runs[NOOP] = partial(_noop_worker, rank, world_size)
+    results = {}
+    for case, run in runs.items():
+        try:
+            results[case] = run()
+        except Exception as err:
+            err.add_note(f"in the case {case!r} of {world_size} ranks")
+            raise
     return results
 
 
