@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from bench.vs_plain import train_window
 from harness.common import tags, thread_cpu
 from harness.common.names import SUMMARY_FILE
 from harness.train.callback import CommTimingCallback
@@ -124,6 +125,11 @@ def test_no_hook_times_steps_only_and_compare_reads_it(tmp_path):
     assert tags.STEP_MS in written and not [tag for tag in written if tag.startswith(no_comm)]
     # The bar is on, without communication figures.
     assert "step/s" in proc.stdout and "step_ms=" in proc.stdout and "comm_ms=" not in proc.stdout
+    # bench.vs_plain keeps the harness's main-thread CPU with its two parts, the timing callback's and the bar's.
+    (run_root,) = logdir.iterdir()
+    window = train_window(run_root, proc.stdout)
+    parts = window["callback_cpu_ms_per_step"], window["progress_bar_cpu_ms_per_step"]
+    assert parts[0] > 0 and parts[1] >= 0 and sum(parts) == pytest.approx(window["harness_cpu_ms_per_step"]), window
     compare = subprocess.run(
         [sys.executable, "-m", "harness.compare", str(logdir)], cwd=REPO, capture_output=True, text=True, timeout=60
     )
