@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.train_runs import REPO, train_env
+from tests.train_runs import REPO, stop, train_env
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 ARGS = ["--model", "resnet_tiny", "--image-size", "32", "--batch-size", "2", "--max-steps", "4"]
@@ -41,15 +41,7 @@ def hook_runs(tmp_path_factory) -> dict[str, dict[str, list]]:
             proc.wait(timeout=300)
     finally:  # a run that hung or failed to start leaves none of the others behind
         for proc in procs.values():
-            if proc.poll() is None:
-                # SIGTERM, which torchrun passes on to its ranks (they run in sessions of their own, out of
-                # reach of a SIGKILL to torchrun); SIGKILL only if it does not end.
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop(proc, grace_s=10)  # SIGTERM first: torchrun passes it on to its ranks, which a SIGKILL would leave
     runs = {}
     for name, proc in procs.items():
         stdout, stderr = ((tmp / f"{name}.{kind}").read_text() for kind in ("out", "err"))

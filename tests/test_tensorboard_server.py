@@ -24,7 +24,7 @@ from harness.common.names import SUMMARY_FILE
 from harness.common.run_identity import workload_hash
 from harness.train.dashboards import custom_scalar_layout
 from harness.train.timeline import TIMELINE_FILE
-from tests.train_runs import BUCKET_TAGS, HEADLINE_TAGS, PROMISED_TAGS, train_env
+from tests.train_runs import BUCKET_TAGS, HEADLINE_TAGS, PROMISED_TAGS, stop, train_env
 
 BAND_TAGS = ["time_ms_p50", "time_ms_p10", "time_ms_p90"]  # a margin chart's value, lower, upper
 
@@ -121,16 +121,6 @@ def served_chart(chart: dict) -> list:
         return ["Multiline", chart["multiline"]["tag"]]
     (series,) = chart["margin"]["series"]
     return ["Margin", [series["value"], series["lower"], series["upper"]]]
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
 
 
 @pytest.mark.slow

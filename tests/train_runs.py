@@ -66,6 +66,18 @@ def kill_leftover_sessions() -> None:
         proc.wait(timeout=30)
 
 
+def stop(proc: subprocess.Popen, grace_s: float = 15) -> None:
+    """End `proc` if it still runs: SIGTERM, which a launcher (torchrun, TensorBoard) passes on or handles, so its
+    children in sessions of their own end with it; SIGKILL only if it has not ended within `grace_s`."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=grace_s)
+
+
 def default_sighup() -> None:
     """A child's preexec_fn: SIGHUP back to its default. A suite started under `nohup` (SIGHUP ignored, which
     every child inherits) would otherwise see train.py and the sweep keep running when a test hangs them up,
