@@ -7,9 +7,11 @@
 #   3. with PROFILE=1, bench.host_profile: py-spy samples of train.py and of Lightning alone, every thread's
 #      Python sorted into the harness's work and the rest (where the pairs' gap goes);
 #   4. bench.vs_plain pairs: train.py against the hand-written loop, process by process (issue 11).
-# Usage: OUT=dir [VARIANTS=a,b] [PAIRS_S=seconds] [PROFILE=1] [CPUS=0-5|cores:6] bash bench/gpu_overhead.sh [pairs]
-# [batch] [long-run steps, 0: none]. VARIANTS=noop makes each pair also an A/B of the exposed time train.py reports;
-# CPUS pins every pair's runs to the same CPUs (bench.vs_plain --cpus). Each CPU's speed is probed first, in turn.
+# Usage: OUT=dir [VARIANTS=a,b] [TREE=name=dir] [PAIRS_S=seconds] [PROFILE=1] [CPUS=0-5|cores:6] bash
+# bench/gpu_overhead.sh [pairs] [batch] [long-run steps, 0: none]. VARIANTS=noop makes each pair also an A/B of the
+# exposed time train.py reports; TREE adds another checkout's train.py to every pair (bench.vs_plain --tree: a change
+# against what it replaced); CPUS pins every pair's runs to the same CPUs (bench.vs_plain --cpus). Each CPU's speed is
+# probed first, in turn.
 # google-crc32c and py-spy are installed from ./.wheels (pip download them there) where the image lacks them and
 # has no index.
 set -u
@@ -62,4 +64,4 @@ print(f"# {len(allowed)} CPUs on {len({physical_core(cpu) for cpu in allowed})} 
 PY
 # Pairs are appended to the .jsonl as each completes; PAIRS_S bounds this part, keeping the pairs done by then.
 timeout "${PAIRS_S:-3600}" python -m bench.vs_plain --model resnet50 --batch-size "$BATCH" --pairs "$PAIRS" \
-  ${VARIANTS:+--variants "$VARIANTS"} ${CPUS:+--cpus "$CPUS"} --out "$OUT/pairs_b$BATCH.jsonl" 2>&1 | tail -25
+  ${VARIANTS:+--variants "$VARIANTS"} ${TREE:+--tree "$TREE"} ${CPUS:+--cpus "$CPUS"} --out "$OUT/pairs_b$BATCH.jsonl" 2>&1 | tail -25

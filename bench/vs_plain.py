@@ -9,6 +9,7 @@
     python -m bench.vs_plain --pairs 8 --cpus cores:6      # every run on the same 6 CPUs, one per physical core
     python -m bench.vs_plain --pairs 8 --variants no_bucket_view,plain_bucket_view    # DDP's copies, both ways
     python -m bench.vs_plain --report call1/pairs.jsonl call2/pairs.jsonl   # the pairs of several calls, pooled
+    python -m bench.vs_plain --pairs 8 --tree before=/tmp/old_checkout     # this tree's train.py against another's
 
 Each pair runs bench.plain_ddp, train.py as shipped, and every variant (train.py with other arguments), each
 under `torchrun --standalone --nproc-per-node N`, in an order that rotates from pair to pair so that a host
@@ -18,7 +19,9 @@ harness's cost while it still measures communication. `plain_torch_hook` is the 
 torch's own untimed Python `allreduce_hook`: what any Python comm hook costs before anything is timed;
 `plain_cpp_hook` the loop with torch's C++ ALLREDUCE hook, the same comm-hook path without the Python.
 `no_bucket_view` is train.py with DDP's gradient copies (its default keeps the gradients as DDP's bucket views),
-`plain_bucket_view` the loop with the views. --variant NAME="ARGS" adds any other train.py variant.
+`plain_bucket_view` the loop with the views. --variant NAME="ARGS" adds any other train.py variant, and
+--tree NAME=DIR the train.py of another checkout (an earlier commit), run in DIR with DIR's own harness: a change to
+the harness measured against what it replaced, in the same rotations as the plain loop.
 A run that refuses the arguments passed on to it ends the bench with that refusal in one line (exit 2).
 
 All are timed over the same window, from the start of step --window-start to the start of the last step, by
@@ -108,7 +111,7 @@ PLAIN_VARIANTS: dict[str, list[str]] = {
 }
 KNOWN_VARIANTS = {**VARIANTS, **PLAIN_VARIANTS}  # what --variants may name
 # A pair's JSON line holds a result per run, under its variant's name, beside these.
-RECORD_KEYS = {"plain", "pair", "order", "plain_over", "variants", "cpus"}
+RECORD_KEYS = {"plain", "pair", "order", "plain_over", "variants", "cpus", "trees"}
 # Per run: what its result holds, and the table's column for it.
 COLUMNS = {
     "ms_per_step": "ms/step",
@@ -258,9 +261,9 @@ def torchrun(nproc: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
 
 
-def run(cmd: list[str], args: argparse.Namespace, what: str) -> subprocess.CompletedProcess:
+def run(cmd: list[str], args: argparse.Namespace, what: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "COMMBENCH_RUN_VERSION"}
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout, env=env)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=args.timeout, env=env)
     if proc.returncode != 0:
         # A run that refused its arguments (an option this bench passed on from the user's) is the user's mistake:
         # its own one line, not a traceback. Anything else is the run's failure, with the end of what it said.
@@ -279,10 +282,12 @@ def plain_ms(args: argparse.Namespace, extra: list[str] | None = None) -> dict[s
     return json.loads(line)["plain_ddp"]
 
 
-def train_ms(args: argparse.Namespace, extra: list[str], logdir: Path, name: str) -> dict[str, Any]:
-    cmd = [*torchrun(args.nproc), str(REPO / "train.py"), *common_args(args), "--max-steps", str(args.steps)]
+def train_ms(args: argparse.Namespace, extra: list[str], logdir: Path, name: str, tree: Path = REPO) -> dict[str, Any]:
+    """One train.py run of `tree` (a checkout; it runs there, importing that checkout's harness)."""
+    cmd = [*torchrun(args.nproc), str(tree / "train.py"), *common_args(args), "--max-steps", str(args.steps)]
     cmd += ["--window-start", str(args.window_start), "--logdir", str(logdir), "--run-name", name, *extra]
-    proc = run(cmd, args, f"train.py {shlex.join(extra)}")
+    what = f"{tree / 'train.py'} {shlex.join(extra)}" if tree != REPO else f"train.py {shlex.join(extra)}"
+    proc = run(cmd, args, what.rstrip(), cwd=tree)
     return train_window(logdir / name, proc.stdout)
 
 
@@ -354,10 +359,33 @@ def pick_variants(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     return variants
 
 
-def report(rows: list[dict], variants: dict[str, list[str]], pinned: list[list[int] | None] | None = None) -> str:
+def pick_trees(specs: list[str], variants: dict[str, list[str]], parser: argparse.ArgumentParser) -> dict[str, Path]:
+    """--tree NAME=DIR, each a checkout with a train.py, under a name no other variant has."""
+    trees: dict[str, Path] = {}
+    for spec in specs:
+        name, sep, directory = spec.partition("=")
+        if not sep or not name or not directory:
+            parser.error(f"--tree: expected NAME=DIR, got {spec!r}")
+        if name in trees or name in variants or name in RECORD_KEYS or name == "plain":
+            parser.error(f"--tree: the name {name!r} is already a variant's")
+        tree = Path(directory).resolve()
+        if not (tree / "train.py").is_file():
+            parser.error(f"--tree: {directory!r} has no train.py")
+        trees[name] = tree
+    return trees
+
+
+def report(
+    rows: list[dict],
+    variants: dict[str, list[str]],
+    pinned: list[list[int] | None] | None = None,
+    trees: dict[str, str] | None = None,
+) -> str:
     """Per variant: the median plain/variant ratio with its p10–p90 over the pairs, the median ms, CPU ms and CPU
     wait ms per step; and the plain loop's own spread across the pairs. `pinned`: each pair's --cpus (None: not
-    pinned), said in a line."""
+    pinned), said in a line. `trees`: the variants that ran another checkout's train.py, and where it was. Every
+    variant is also set against train.py as shipped, pair by pair."""
+    trees = trees or {}
     plain = [row["plain"]["ms_per_step"] for row in rows]
     spread = (max(plain) - min(plain)) / percentile(plain, 50) * 100
     ratios = {name: [row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for row in rows] for name in variants}
@@ -405,11 +433,23 @@ def report(rows: list[dict], variants: dict[str, list[str]], pinned: list[list[i
     )
     for name, extra in variants.items():
         program = "bench.plain_ddp" if name in PLAIN_VARIANTS else "train.py"
+        if name in trees:
+            program = f"{trees[name]}/train.py (another checkout)"
         low, high = median_ci95(ratios[name], draws=10000)
         median = percentile(ratios[name], 50)
         lines.append(
             f"# {name}: {program} {shlex.join(extra) or 'as shipped'}; plain/{name} median {median:.3f}, 95 % "
             f"interval of the median [{low:.3f}, {high:.3f}] (bootstrap over the {len(rows)} pairs)"
+        )
+    for name in variants:
+        if name == "train.py" or "train.py" not in variants:
+            continue
+        # The same pair's two runs, one against the other: the host's drift between pairs cancels here too.
+        against = [row["train.py"]["ms_per_step"] / row[name]["ms_per_step"] for row in rows]
+        low, high = median_ci95(against, draws=10000)
+        lines.append(
+            f"# train.py/{name} median {percentile(against, 50):.3f}, 95 % interval of the median [{low:.3f}, "
+            f"{high:.3f}] (above 1: train.py as shipped is the slower)"
         )
     return "\n".join(lines)
 
@@ -470,7 +510,7 @@ def thread_table(rows: list[dict], names: list[str], columns: int = 6) -> list[s
 def report_of_files(paths: list[Path], parser: argparse.ArgumentParser) -> str:
     """The table of every pair in these --out files, in the order written: pairs of several calls pooled. Only
     the variants every pair ran are tabled."""
-    rows, variants, pinned = [], {}, []
+    rows, variants, pinned, trees = [], {}, [], {}
     for path in paths:
         try:
             lines = path.read_text().splitlines()
@@ -482,6 +522,7 @@ def report_of_files(paths: list[Path], parser: argparse.ArgumentParser) -> str:
                 names = [name for name in record["order"] if name != "plain"]
                 rows.append({name: record[name] for name in record["order"]})
                 pinned.append(record.get("cpus"))
+                trees.update(record.get("trees", {}))
             except (ValueError, KeyError, TypeError):
                 parser.error(f"--report: {path}:{number} is not a pair that bench.vs_plain wrote")
             # Lines written before the arguments were recorded: the ready-made variants' own, train.py as shipped.
@@ -491,7 +532,7 @@ def report_of_files(paths: list[Path], parser: argparse.ArgumentParser) -> str:
     if not rows:
         parser.error("--report: no pairs in " + ", ".join(map(str, paths)))
     common = {name: extra for name, extra in variants.items() if all(name in row for row in rows)}
-    return report(rows, common, pinned)
+    return report(rows, common, pinned, trees)
 
 
 PROG = "python -m bench.vs_plain"
@@ -509,6 +550,8 @@ def main() -> None:
     parser.add_argument("--variants", help=f"comma-separated, from: all, {', '.join(KNOWN_VARIANTS)}")
     parser.add_argument("--variant", action="append", default=[], metavar='NAME="ARGS"',
                         help="also run train.py with these extra arguments in every pair")  # fmt: skip
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
+                        help="also run DIR's train.py (another checkout) in every pair, as variant NAME")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600, help="seconds allowed for one run")
     parser.add_argument("--out", help="append one JSON line per pair here, as each pair completes")
     parser.add_argument("--cpus", metavar="LIST|cores:N",
@@ -522,6 +565,8 @@ def main() -> None:
     if not 0 <= args.window_start < args.steps - 1:
         parser.error("--window-start must be at least 0 and below --steps - 1")
     variants = pick_variants(args, parser)
+    trees = pick_trees(args.tree, variants, parser)
+    variants.update({name: [] for name in trees})
     cpus = None
     if args.cpus:
         if not hasattr(os, "sched_setaffinity"):
@@ -545,18 +590,21 @@ def main() -> None:
                 elif name in PLAIN_VARIANTS:
                     row[name] = plain_ms(args, variants[name])
                 else:
-                    row[name] = train_ms(args, variants[name], Path(tmp), f"{name.replace('.', '_')}{pair}")
+                    run_name = f"{name.replace('.', '_')}{pair}"
+                    row[name] = train_ms(args, variants[name], Path(tmp), run_name, trees.get(name, REPO))
                 during = host_during_run(host.pop("_jiffies"))
                 row[name].update(host, **during, process_s=time.monotonic() - host.pop("_started"))
                 row[name]["cpu_probe_ms_after"] = cpu_probe_ms()
             rows.append(row)
             ratios = {name: row["plain"]["ms_per_step"] / row[name]["ms_per_step"] for name in variants}
             record = {"pair": pair, "order": order, **row, "plain_over": ratios, "variants": variants, "cpus": cpus}
+            if trees:
+                record["trees"] = {name: str(tree) for name, tree in trees.items()}
             print(json.dumps(record), flush=True)
             if args.out:
                 with open(args.out, "a") as out:
                     out.write(json.dumps(record) + "\n")
-    print(report(rows, variants, [cpus] * len(rows)), flush=True)
+    print(report(rows, variants, [cpus] * len(rows), {name: str(tree) for name, tree in trees.items()}), flush=True)
 
 
 if __name__ == "__main__":

@@ -405,6 +405,34 @@ def test_stamps_are_recorded_on_the_current_stream():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_stamp_read_before_the_gpu_reaches_it_waits_for_it():
+    """`elapsed_ms` reads an event pair with one call and waits only when torch refuses that read (an event still
+    pending): a pair around a GPU sleep, read at once, before the GPU is there, must give the sleep's time, as torch's
+    own events read after a synchronize do; and a step resolved at once must too."""
+    from harness.train.stamps import StepStamps
+
+    torch.cuda.set_device(0)
+    stamps = StepStamps(use_cuda=True)
+    reference_start, reference_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    reference_start.record()
+    stamps.begin(7)
+    before = stamps.now()
+    torch.cuda._sleep(100_000_000)  # tens of ms of GPU time: the reads below come long before the GPU is done
+    after = stamps.now()
+    stamps.end(7)
+    reference_end.record()
+    assert not after.query(), "the sleep was over before the read: this test would not test the wait"
+    slept_ms = stamps.elapsed_ms(before, after)
+    resolved = stamps.resolve(7)
+    torch.cuda.synchronize()
+    expected_ms = reference_start.elapsed_time(reference_end)
+    assert expected_ms > 10
+    assert abs(slept_ms - expected_ms) < 0.25 * expected_ms, (slept_ms, expected_ms)
+    assert abs(resolved.step_ms - expected_ms) < 0.25 * expected_ms, (resolved.step_ms, expected_ms)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("codec_of_bucket", [None, 3])
 def test_a_callback_stamp_comes_after_the_work_of_the_callbacks_stream(codec_of_bucket):
     """`callback_now` records on the stamps' own stream, made to wait for the current one (a future callback's pool

@@ -75,6 +75,40 @@ def test_report_splits_each_ratio_by_where_the_variant_ran(tmp_path):
     assert "by where" not in report(fixed).stdout
 
 
+def test_a_checkout_run_as_a_variant_is_named_and_set_against_train_py_pair_by_pair(tmp_path):
+    """--tree NAME=DIR's runs: the table names DIR's train.py, and every variant gets a line against train.py as
+    shipped, from each pair's own two runs (here the checkout is 10 % slower in every pair, whatever the plain
+    loop's drift)."""
+    records = []
+    for number, plain_ms in enumerate([30.0, 36.0, 33.0]):
+        runs = {"plain": {"ms_per_step": plain_ms}, "train.py": {"ms_per_step": 40.0 + number}}
+        runs["before"] = {"ms_per_step": (40.0 + number) * 1.1}
+        record = {"pair": number, "order": list(runs), **runs, "variants": {"train.py": [], "before": []}}
+        records.append(json.dumps({**record, "trees": {"before": "/tmp/old_checkout"}}) + "\n")
+    path = tmp_path / "trees.jsonl"
+    path.write_text("".join(records))
+    proc = report(path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("# before: /tmp/old_checkout/train.py (another checkout) as shipped;") for line in lines)
+    assert lines[-1] == (
+        "# train.py/before median 0.909, 95 % interval of the median [0.909, 0.909] (above 1: train.py as shipped "
+        "is the slower)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [("before", "expected NAME=DIR"), ("before=/nonexistent/checkout", "has no train.py"), ("plain=.", "already")],
+)
+def test_a_tree_variant_that_cannot_run_is_refused_in_one_line(spec, says):
+    cmd = [sys.executable, "-m", "bench.vs_plain", "--pairs", "1", "--tree", spec]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_report_refuses_a_file_it_did_not_write_in_one_line(tmp_path):
     stray = tmp_path / "stray.jsonl"
     stray.write_text(pair(0, 30.0, 31.0) + '{"something": "else"}\n')

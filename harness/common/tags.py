@@ -8,6 +8,8 @@ units: docs/METRICS.md, "TensorBoard tags".
 
 from __future__ import annotations
 
+import functools
+
 # -- sections ------------------------------------------------------------------------------------------------
 HEADLINE = "1_headline"  # the answer, per measured step: what runs are compared by
 STEP = "step"  # the rest of the step: throughput, forward + backward
@@ -61,11 +63,13 @@ CALIBRATION_COMPUTE_ONLY_MS = f"{SETUP}/compute_only_ms"
 BUCKET_SERIES = ("time_ms", "codec_ms", "bytes", "busbw_gbps")  # per_bucket/<index>/<one of these>
 
 
+@functools.cache  # a step writes seven tags a bucket: each string is built once a run (the cache is C, no frame)
 def bucket_tag(index: int, name: str) -> str:
     """Bucket `index`'s series `name` (BUCKET_SERIES, or a band's time_ms_p50/_p10/_p90)."""
     return f"{PER_BUCKET}/{index:02d}/{name}"
 
 
+@functools.cache
 def bucket_band_tags(index: int) -> tuple[str, str, str]:
     """The (p50, p10, p90) tags of bucket `index`'s time band, in a margin chart's (value, lower, upper) order."""
     return bucket_tag(index, "time_ms_p50"), bucket_tag(index, "time_ms_p10"), bucket_tag(index, "time_ms_p90")

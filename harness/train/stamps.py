@@ -158,6 +158,10 @@ class EventPool:
     def release(self, *events: torch.cuda.Event | None) -> None:
         self._free.extend(event for event in events if event is not None)
 
+    def release_all(self, events: list[torch.cuda.Event]) -> None:
+        """`release` for a list with no None in it: a step's resolve gives its events back in one call."""
+        self._free.extend(events)
+
 
 class StepStamps:
     """Every unresolved step's stamps: its start and end, its buckets' records (launch order), its end of
@@ -263,21 +267,30 @@ class StepStamps:
         """Turn step `step`'s stamps into times and free them; the step must have an end (`end()`).
 
         This waits only if the GPU has not yet reached the step's end, which is rare once steps lag by two.
+        Why it is written flat: it runs every step on the training loop's thread, where at a host-bound step every
+        Python call is step time (docs/BENCHMARKS.md, "the harness's main-thread Python, trimmed").
         """
         records = self.records.pop(step, [])
         start = self._starts.pop(step)
         end = self._ends.pop(step)
         backward_end = self._backward_ends.pop(step, None)
-        step_ms = self.elapsed_ms(start, end)
+        elapsed_ms = self.elapsed_ms
+        used = [start, end]  # every stamp read here, given back at the end
+        step_ms = elapsed_ms(start, end)
         next_start = self._starts.get(step + 1)
-        gap_ms = self.elapsed_ms(end, next_start) if next_start is not None else None
-        fwd_bwd_ms = self.elapsed_ms(start, backward_end) if backward_end is not None else None
-        timings = self._resolve_records(records, start)
+        gap_ms = elapsed_ms(end, next_start) if next_start is not None else None
+        fwd_bwd_ms = None
+        if backward_end is not None:
+            fwd_bwd_ms = elapsed_ms(start, backward_end)
+            used.append(backward_end)
+        timings = self._resolve_records(records, start, used)
         marks = self._marks.pop(step, None)
-        marks_ms = {name: self.elapsed_ms(start, stamp) for name, stamp in marks.items()} if marks else None
-        for stamp in (start, end, backward_end, *(marks or {}).values()):
-            if stamp is not None:
-                self.release(stamp)
+        marks_ms = None
+        if marks:
+            marks_ms = {name: elapsed_ms(start, stamp) for name, stamp in marks.items()}
+            used += marks.values()
+        if self.use_cuda:
+            self.events.release_all(used)
         return ResolvedStep(step, step_ms, fwd_bwd_ms, timings, self.source, gap_ms, marks_ms)
 
     def drop(self, step: int) -> None:
@@ -293,10 +306,20 @@ class StepStamps:
                 self.release(stamp)
 
     def elapsed_ms(self, start: Stamp, end: Stamp) -> float:
-        """Milliseconds from `start` to `end`; on the GPU waits until `end` has been reached."""
+        """Milliseconds from `start` to `end`; on the GPU waits until both have been reached.
+
+        On the GPU it reads the pair with one call, which torch refuses (RuntimeError) while either event is still
+        pending; only then does it wait for them and read again. Why: a step resolved two steps late finds its events
+        done, and a synchronize before every read was 17 runtime calls and 35 Python calls a step on the training
+        loop's thread (docs/census).
+        """
         if self.use_cuda:
-            end.synchronize()
-            return start.elapsed_time(end)
+            try:
+                return _CudaEventBase.elapsed_time(start, end)
+            except RuntimeError:  # not reached yet: wait (an event that cannot be read at all raises again below)
+                start.synchronize()
+                end.synchronize()
+                return _CudaEventBase.elapsed_time(start, end)
         return (end - start) / 1e6
 
     def release(self, stamp: Stamp) -> None:
@@ -304,32 +327,45 @@ class StepStamps:
         if self.use_cuda:
             self.events.release(stamp)
 
-    def _resolve_records(self, records: list[BucketRecord], start: Stamp) -> list[BucketTiming]:
+    def _resolve_records(self, records: list[BucketRecord], start: Stamp, used: list[Stamp]) -> list[BucketTiming]:
+        """Each record's times from `start`; every stamp read is appended to `used`, for the caller to give back."""
+        elapsed_ms = self.elapsed_ms
+        on_gpu = self.use_cuda
         timings = []
         stream_free_ms = float("-inf")  # when the previous collective of this step was done (GPU)
         for record in records:
-            ready_ms = self.elapsed_ms(start, record.ready)
+            ready_ms = elapsed_ms(start, record.ready)
+            used.append(record.ready)
             spans = []  # each collective's (launch, done)
+            intervals = []  # each collective's (start, done): on the GPU it starts once the one before it is done
+            last_done_ms = ready_ms  # when its last collective was done (when it was ready, if it sent nothing)
             for collective in record.collectives:
-                launch_ms = self.elapsed_ms(start, collective.launch)
+                launch_ms = elapsed_ms(start, collective.launch)
+                used.append(collective.launch)
                 # A collective whose done stamp is missing never completed (a failed run): it counts to its launch.
-                done_ms = self.elapsed_ms(start, collective.done) if collective.done is not None else launch_ms
-                spans.append((launch_ms, done_ms))
-                self.release(collective.launch)
+                done_ms = launch_ms
                 if collective.done is not None:
-                    self.release(collective.done)
-            finished_ms = self.elapsed_ms(start, record.finished) if record.finished is not None else None
-            if finished_ms is None:
-                finished_ms = max((done for _, done in spans), default=ready_ms)
-            self.release(record.ready)
-            if record.finished is not None:
-                self.release(record.finished)
-            intervals = []
-            for launch_ms, done_ms in spans:
+                    done_ms = elapsed_ms(start, collective.done)
+                    used.append(collective.done)
                 # On the GPU a collective waits for the one before it on NCCL's stream (see the module's doc).
-                start_ms = max(launch_ms, stream_free_ms) if self.use_cuda else launch_ms
-                intervals.append((min(start_ms, done_ms), done_ms))
-                stream_free_ms = max(stream_free_ms, done_ms)
+                start_ms = launch_ms if not on_gpu or launch_ms > stream_free_ms else stream_free_ms
+                intervals.append((start_ms if start_ms < done_ms else done_ms, done_ms))
+                if done_ms > stream_free_ms:
+                    stream_free_ms = done_ms
+                if not spans or done_ms > last_done_ms:
+                    last_done_ms = done_ms
+                spans.append((launch_ms, done_ms))
+            if record.finished is not None:
+                finished_ms = elapsed_ms(start, record.finished)
+                used.append(record.finished)
+            else:
+                finished_ms = last_done_ms
+            if len(spans) == 1:  # one collective (all but PowerSGD's): its union is itself
+                comm_ms = intervals[0][1] - intervals[0][0]
+                launched_ms = spans[0][1] - spans[0][0]
+            else:
+                comm_ms, launched_ms = busy_ms(intervals), busy_ms(spans)
+            codec_ms = (finished_ms - ready_ms) - launched_ms
             timings.append(
                 BucketTiming(
                     step=record.step,
@@ -340,8 +376,8 @@ class StepStamps:
                     dtype=record.dtype,
                     ready_ms=ready_ms,
                     finished_ms=finished_ms,
-                    comm_ms=busy_ms(intervals),
-                    codec_ms=max(0.0, (finished_ms - ready_ms) - busy_ms(spans)),
+                    comm_ms=comm_ms,
+                    codec_ms=codec_ms if codec_ms > 0.0 else 0.0,
                     intervals=tuple(intervals),
                     host_ms=record.host_ns / 1e6 if record.host_ns > 0 else math.nan,
                 )

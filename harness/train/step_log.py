@@ -17,7 +17,7 @@ from collections import deque
 from typing import Any
 
 from harness.common import tags
-from harness.common.metrics import busbw_gbps, percentiles
+from harness.common.metrics import algbw_gbps, busbw_factor, percentiles
 from harness.train.dashboards import BUCKET_BAND_STEPS, add_custom_scalar_layout
 from harness.train.rank_gather import RankSpread
 from harness.train.stamps import BucketTiming
@@ -39,7 +39,7 @@ class BucketBands:
             window = self.windows.get(t.index)
             if window is None:
                 window = self.windows[t.index] = deque(maxlen=BUCKET_BAND_STEPS)
-            window.append(t.time_ms)
+            window.append(t.comm_ms)
 
     def add(self, timings: list[BucketTiming]) -> dict[int, Band]:
         """Each bucket's band over its last BUCKET_BAND_STEPS measured steps, this one included."""
@@ -89,7 +89,7 @@ class StepLog:
         if bands:
             self.write_layout()
         scalars = step_scalars(stats, timings, self.world_size, spread, bands)
-        write_step(self.writer, stats.step, scalars, {tags.BUCKET_TIME_HISTOGRAM: [t.time_ms for t in timings]})
+        write_step(self.writer, stats.step, scalars, {tags.BUCKET_TIME_HISTOGRAM: [t.comm_ms for t in timings]})
 
     def write_layout(self) -> None:
         """The Custom Scalars layout, once per run (also for a run that ends before its first measured step)."""
@@ -131,11 +131,12 @@ def step_scalars(
         tags.TAIL_MS: stats.tail_ms,
         tags.INTERFERENCE_MS: stats.interference_ms,
     }
+    factor = busbw_factor("all_reduce", world_size)  # busbw_gbps's factor, once a step
     for t in timings:
-        scalars[tags.bucket_tag(t.index, "time_ms")] = t.time_ms
+        scalars[tags.bucket_tag(t.index, "time_ms")] = t.comm_ms
         scalars[tags.bucket_tag(t.index, "codec_ms")] = t.codec_ms
         scalars[tags.bucket_tag(t.index, "bytes")] = t.bytes
-        scalars[tags.bucket_tag(t.index, "busbw_gbps")] = busbw_gbps("all_reduce", t.bytes, t.time_ms / 1e3, world_size)
+        scalars[tags.bucket_tag(t.index, "busbw_gbps")] = algbw_gbps(t.bytes, t.comm_ms / 1e3) * factor
         if t.index in bands:
             scalars.update(zip(tags.bucket_band_tags(t.index), bands[t.index], strict=True))
     if spread is not None:

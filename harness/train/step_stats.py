@@ -76,10 +76,23 @@ def step_stats(
     `compute_only_ms` is the calibrated forward + backward without communication (NaN if not measured)."""
     step, step_ms, timings = resolved.step, resolved.step_ms, resolved.timings
     fwd_bwd_ms = resolved.fwd_bwd_ms if resolved.fwd_bwd_ms is not None else math.nan
-    step_bytes = sum(t.bytes for t in timings)
-    comm_ms = busy_ms(interval for t in timings for interval in t.intervals)
+    # One pass over the buckets (this runs every step on the training loop's thread: no generator per figure).
+    step_bytes, codec_ms, max_bucket_ms = 0, 0.0, 0.0
+    last_ready_ms = last_finished_ms = -math.inf
+    intervals: list[tuple[float, float]] = []
+    for t in timings:
+        step_bytes += t.bytes
+        codec_ms += t.codec_ms
+        if t.comm_ms > max_bucket_ms:
+            max_bucket_ms = t.comm_ms
+        if t.ready_ms > last_ready_ms:
+            last_ready_ms = t.ready_ms
+        if t.finished_ms > last_finished_ms:
+            last_finished_ms = t.finished_ms
+        intervals += t.intervals
+    comm_ms = busy_ms(intervals)
     comm_s = comm_ms / 1e3
-    tail_ms = max(t.finished_ms for t in timings) - max(t.ready_ms for t in timings) if timings else 0.0
+    tail_ms = last_finished_ms - last_ready_ms if timings else 0.0
     samples_per_s = samples_per_step / (step_ms / 1e3) if step_ms > 0 else math.nan
     # A calibration step is itself the compute-only reference: no exposure of its own.
     exposed_ms, overlap_pct = exposure(fwd_bwd_ms, math.nan if calibration else compute_only_ms, comm_ms)
@@ -91,10 +104,10 @@ def step_stats(
         buckets=len(timings),
         bytes=step_bytes,
         comm_ms=comm_ms,
-        codec_ms=sum(t.codec_ms for t in timings),
+        codec_ms=codec_ms,
         algbw_gbps=algbw_gbps(step_bytes, comm_s),
         busbw_gbps=busbw_gbps("all_reduce", step_bytes, comm_s, world_size),
-        max_bucket_ms=max((t.time_ms for t in timings), default=0.0),
+        max_bucket_ms=max_bucket_ms,
         tail_ms=tail_ms,
         fwd_bwd_ms=fwd_bwd_ms,
         exposed_ms=exposed_ms,
@@ -192,7 +205,7 @@ class RunAggregate:
             summary.num_params, summary.numel, summary.bytes, summary.dtype = t.num_params, t.numel, t.bytes, t.dtype
             if t.index in contents:
                 summary.first_param, summary.last_param = contents[t.index].first_param, contents[t.index].last_param
-            summary.times_ms.add(t.time_ms)
+            summary.times_ms.add(t.comm_ms)
             summary.codec_ms.add(t.codec_ms)
             if not math.isnan(t.host_ms):
                 summary.host_ms.add(t.host_ms)

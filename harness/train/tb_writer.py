@@ -51,7 +51,10 @@ def write_step(
     writer: Any, step: int, scalars: Mapping[str, float], histograms: Mapping[str, Sequence[float]] | None = None
 ) -> None:
     """Write `scalars` (non-finite values skipped) and `histograms` at `step` through a SummaryWriter."""
-    values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items() if math.isfinite(v)]
+    if math.isfinite(sum(scalars.values())):  # every value is finite (a NaN or an infinity makes the sum one)
+        values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items()]
+    else:
+        values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items() if math.isfinite(v)]
     for tag, data in (histograms or {}).items():
         if data:
             values.append(Summary.Value(tag=tag, histo=histogram_proto(data)))
