@@ -221,7 +221,10 @@ class StepStamps:
         if lane is None:
             lane = self._stamp_lanes[key] = (torch.cuda.Stream(callback_stream.device, priority=-1), torch.cuda.Event())
         stamp_stream, hand_off = lane
-        stamp_stream.wait_event(callback_stream.record_event(hand_off))
+        # stamp_stream.wait_event(callback_stream.record_event(hand_off)), without its four Python wrappers (this runs
+        # on the autograd thread, once a bucket).
+        _CudaEventBase.record(hand_off, callback_stream)
+        _CudaEventBase.wait(hand_off, stamp_stream)
         event = self.events.acquire()
         _CudaEventBase.record(event, stamp_stream)
         return event
