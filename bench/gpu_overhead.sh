@@ -7,11 +7,12 @@
 #   3. with PROFILE=1, bench.host_profile: py-spy samples of train.py and of Lightning alone, every thread's
 #      Python sorted into the harness's work and the rest (where the pairs' gap goes);
 #   4. bench.vs_plain pairs: train.py against the hand-written loop, process by process (issue 11).
-# Usage: OUT=dir [VARIANTS=a,b] [TREE=name=dir] [PAIRS_S=seconds] [PROFILE=1] [CPUS=0-5|cores:6] bash
-# bench/gpu_overhead.sh [pairs] [batch] [long-run steps, 0: none]. VARIANTS=noop makes each pair also an A/B of the
-# exposed time train.py reports; TREE adds another checkout's train.py to every pair (bench.vs_plain --tree: a change
-# against what it replaced); CPUS pins every pair's runs to the same CPUs (bench.vs_plain --cpus). Each CPU's speed is
-# probed first, in turn.
+# Usage:
+#   OUT=dir [VARIANTS=a,b] [TREE=name=dir] [PAIRS_S=seconds] [PROFILE=1] [CPUS=0-5|cores:6] \
+#     bash bench/gpu_overhead.sh [pairs] [batch] [long-run steps, 0: none]
+# VARIANTS=noop makes each pair also an A/B of the exposed time train.py reports; TREE adds another checkout's train.py
+# to every pair (bench.vs_plain --tree: a change against what it replaced); CPUS pins every pair's runs to the same
+# CPUs (bench.vs_plain --cpus). Each CPU's speed is probed first, in turn.
 # google-crc32c and py-spy are installed from ./.wheels (pip download them there) where the image lacks them and
 # has no index.
 set -u

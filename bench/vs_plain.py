@@ -21,7 +21,9 @@ torch's own untimed Python `allreduce_hook`: what any Python comm hook costs bef
 `no_bucket_view` is train.py with DDP's gradient copies (its default keeps the gradients as DDP's bucket views),
 `plain_bucket_view` the loop with the views. --variant NAME="ARGS" adds any other train.py variant, and
 --tree NAME=DIR the train.py of another checkout (an earlier commit), run in DIR with DIR's own harness: a change to
-the harness measured against what it replaced, in the same rotations as the plain loop.
+the harness measured against what it replaced, in the same rotations as the plain loop. Its runs are read with this
+checkout's reader, so the other must take --window-start and write summary.json's "overhead_s" as this one does
+(every commit since 2026-12-04's 429db55 does).
 A run that refuses the arguments passed on to it ends the bench with that refusal in one line (exit 2).
 
 All are timed over the same window, from the start of step --window-start to the start of the last step, by
@@ -366,8 +368,8 @@ def pick_trees(specs: list[str], variants: dict[str, list[str]], parser: argpars
         name, sep, directory = spec.partition("=")
         if not sep or not name or not directory:
             parser.error(f"--tree: expected NAME=DIR, got {spec!r}")
-        if name in trees or name in variants or name in RECORD_KEYS or name == "plain":
-            parser.error(f"--tree: the name {name!r} is already a variant's")
+        if name in trees or name in variants or name in KNOWN_VARIANTS or name in RECORD_KEYS:
+            parser.error(f"--tree: the name {name!r} is taken (a variant's, or a field of the pairs' records)")
         tree = Path(directory).resolve()
         if not (tree / "train.py").is_file():
             parser.error(f"--tree: {directory!r} has no train.py")
@@ -522,7 +524,9 @@ def report_of_files(paths: list[Path], parser: argparse.ArgumentParser) -> str:
                 names = [name for name in record["order"] if name != "plain"]
                 rows.append({name: record[name] for name in record["order"]})
                 pinned.append(record.get("cpus"))
-                trees.update(record.get("trees", {}))
+                for name, tree in record.get("trees", {}).items():
+                    if trees.setdefault(name, tree) != tree:
+                        parser.error(f"--report: {name!r} ran {trees[name]} in one pair and {tree} in another")
             except (ValueError, KeyError, TypeError):
                 parser.error(f"--report: {path}:{number} is not a pair that bench.vs_plain wrote")
             # Lines written before the arguments were recorded: the ready-made variants' own, train.py as shipped.

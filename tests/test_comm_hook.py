@@ -407,28 +407,32 @@ def test_stamps_are_recorded_on_the_current_stream():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_stamp_read_before_the_gpu_reaches_it_waits_for_it():
     """`elapsed_ms` reads an event pair with one call and waits only when torch refuses that read (an event still
-    pending): a pair around a GPU sleep, read at once, before the GPU is there, must give the sleep's time, as torch's
-    own events read after a synchronize do; and a step resolved at once must too."""
+    pending). Two GPU sleeps: a pair around the first, read while the GPU is still in it, must give that sleep's time;
+    then the step, resolved while the GPU is still in the second sleep (its end pending), must give both sleeps' time,
+    as torch's own events read after a synchronize give them."""
     from harness.train.stamps import StepStamps
 
     torch.cuda.set_device(0)
     stamps = StepStamps(use_cuda=True)
-    reference_start, reference_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    reference_start.record()
+    reference = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+    reference[0].record()
     stamps.begin(7)
     before = stamps.now()
-    torch.cuda._sleep(100_000_000)  # tens of ms of GPU time: the reads below come long before the GPU is done
+    torch.cuda._sleep(100_000_000)  # tens of ms of GPU time each: the reads below come before the GPU is done
     after = stamps.now()
+    reference[1].record()
+    torch.cuda._sleep(100_000_000)
     stamps.end(7)
-    reference_end.record()
-    assert not after.query(), "the sleep was over before the read: this test would not test the wait"
+    reference[2].record()
+    assert not after.query(), "the first sleep was over before the read: this test would not test the wait"
     slept_ms = stamps.elapsed_ms(before, after)
+    assert not stamps._ends[7].query(), "the second sleep was over before the resolve: it would not test the wait"
     resolved = stamps.resolve(7)
     torch.cuda.synchronize()
-    expected_ms = reference_start.elapsed_time(reference_end)
-    assert expected_ms > 10
-    assert abs(slept_ms - expected_ms) < 0.25 * expected_ms, (slept_ms, expected_ms)
-    assert abs(resolved.step_ms - expected_ms) < 0.25 * expected_ms, (resolved.step_ms, expected_ms)
+    first_ms, step_ms = reference[0].elapsed_time(reference[1]), reference[0].elapsed_time(reference[2])
+    assert first_ms > 10
+    assert abs(slept_ms - first_ms) < 0.25 * first_ms, (slept_ms, first_ms)
+    assert abs(resolved.step_ms - step_ms) < 0.25 * step_ms, (resolved.step_ms, step_ms)
 
 
 @pytest.mark.gpu

@@ -97,9 +97,29 @@ def test_a_checkout_run_as_a_variant_is_named_and_set_against_train_py_pair_by_p
     )
 
 
+def test_report_refuses_one_name_for_two_checkouts(tmp_path):
+    """Pooled files where one variant name ran two different checkouts: not one row of two programs."""
+    paths = []
+    for number, tree in enumerate(["/tmp/checkout_a", "/tmp/checkout_b"]):
+        runs = {"plain": {"ms_per_step": 30.0}, "train.py": {"ms_per_step": 31.0}, "before": {"ms_per_step": 32.0}}
+        record = {"pair": 0, "order": list(runs), **runs, "variants": {"train.py": [], "before": []}}
+        paths.append(tmp_path / f"call{number}.jsonl")
+        paths[-1].write_text(json.dumps({**record, "trees": {"before": tree}}) + "\n")
+    proc = report(*paths)
+    assert proc.returncode == 2
+    assert "'before' ran /tmp/checkout_a in one pair and /tmp/checkout_b in another" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize(
     ("spec", "says"),
-    [("before", "expected NAME=DIR"), ("before=/nonexistent/checkout", "has no train.py"), ("plain=.", "already")],
+    [
+        ("before", "expected NAME=DIR"),
+        ("before=/nonexistent/checkout", "has no train.py"),
+        ("plain=.", "is taken"),
+        ("plain_torch_hook=.", "is taken"),  # a ready-made variant's name, even one not asked for
+        ("cpus=.", "is taken"),
+    ],
 )
 def test_a_tree_variant_that_cannot_run_is_refused_in_one_line(spec, says):
     cmd = [sys.executable, "-m", "bench.vs_plain", "--pairs", "1", "--tree", spec]

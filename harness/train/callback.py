@@ -456,7 +456,7 @@ class CommTimingCallback(pl.Callback):
             # collective lines up. Warm-up and calibration steps are not gathered: their skew is not logged.
             start = time.perf_counter()
             with self._collective_phase(f"all_gather of every rank's times for step {stats.step} (rank gather)"):
-                spread = self.gatherer.gather(stats, [t.time_ms for t in resolved.timings])
+                spread = self.gatherer.gather(stats, [t.comm_ms for t in resolved.timings])
             self.overhead_s["rank_gathers"] += time.perf_counter() - start
             self.gathers += 1
             self.last_spread = spread

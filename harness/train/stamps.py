@@ -101,11 +101,6 @@ class BucketTiming:
     host_ms: float = math.nan  # the hook's call on its thread, entry to return, by the host's clock
 
     @property
-    def time_ms(self) -> float:
-        """The bucket's communication time (its collectives only)."""
-        return self.comm_ms
-
-    @property
     def done_ms(self) -> float:
         """When its last collective was done (or when it was ready, if it sent nothing)."""
         return max((done for _, done in self.intervals), default=self.ready_ms)
@@ -158,7 +153,7 @@ class EventPool:
     def release(self, *events: torch.cuda.Event | None) -> None:
         self._free.extend(event for event in events if event is not None)
 
-    def release_all(self, events: list[torch.cuda.Event]) -> None:
+    def release_list(self, events: list[torch.cuda.Event]) -> None:
         """`release` for a list with no None in it: a step's resolve gives its events back in one call."""
         self._free.extend(events)
 
@@ -293,7 +288,7 @@ class StepStamps:
             marks_ms = {name: elapsed_ms(start, stamp) for name, stamp in marks.items()}
             used += marks.values()
         if self.use_cuda:
-            self.events.release_all(used)
+            self.events.release_list(used)
         return ResolvedStep(step, step_ms, fwd_bwd_ms, timings, self.source, gap_ms, marks_ms)
 
     def drop(self, step: int) -> None:
@@ -316,14 +311,16 @@ class StepStamps:
         done, and a synchronize before every read was 17 runtime calls and 35 Python calls a step on the training
         loop's thread (docs/census).
         """
-        if self.use_cuda:
-            try:
-                return _CudaEventBase.elapsed_time(start, end)
-            except RuntimeError:  # not reached yet: wait (an event that cannot be read at all raises again below)
-                start.synchronize()
-                end.synchronize()
-                return _CudaEventBase.elapsed_time(start, end)
-        return (end - start) / 1e6
+        if not self.use_cuda:
+            return (end - start) / 1e6
+        try:
+            return _CudaEventBase.elapsed_time(start, end)
+        except RuntimeError:  # one of them is still pending (torch 2.8+ raises AcceleratorError, a RuntimeError)
+            pass
+        # Outside the handler, so that an error of the wait or of the second read is reported as itself.
+        start.synchronize()
+        end.synchronize()
+        return _CudaEventBase.elapsed_time(start, end)
 
     def release(self, stamp: Stamp) -> None:
         """Give a stamp taken with `now()` back once nothing will read it again."""
@@ -355,7 +352,7 @@ class StepStamps:
                 intervals.append((start_ms if start_ms < done_ms else done_ms, done_ms))
                 if done_ms > stream_free_ms:
                     stream_free_ms = done_ms
-                if not spans or done_ms > last_done_ms:
+                if not spans or done_ms > last_done_ms:  # the first collective's done replaces the ready time
                     last_done_ms = done_ms
                 spans.append((launch_ms, done_ms))
             if record.finished is not None:

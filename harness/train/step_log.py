@@ -131,7 +131,7 @@ def step_scalars(
         tags.TAIL_MS: stats.tail_ms,
         tags.INTERFERENCE_MS: stats.interference_ms,
     }
-    factor = busbw_factor("all_reduce", world_size)  # busbw_gbps's factor, once a step
+    factor = busbw_factor("all_reduce", world_size)  # metrics.busbw_gbps, its factor taken once a step, not a bucket
     for t in timings:
         scalars[tags.bucket_tag(t.index, "time_ms")] = t.comm_ms
         scalars[tags.bucket_tag(t.index, "codec_ms")] = t.codec_ms
