@@ -453,6 +453,15 @@ def report(
             f"# train.py/{name} median {percentile(against, 50):.3f}, 95 % interval of the median [{low:.3f}, "
             f"{high:.3f}] (above 1: train.py as shipped is the slower)"
         )
+        # The harness's own main-thread CPU, the two runs of a pair against each other: what a change to the harness
+        # (a --tree variant) did to its own cost, which moves far less with the host than the step time does.
+        key = "harness_cpu_ms_per_step"
+        deltas = [row["train.py"][key] - row[name][key] for row in rows if key in row["train.py"] and key in row[name]]
+        if deltas:
+            lines.append(
+                f"# harness CPU ms a step, train.py − {name}, pair by pair: median {percentile(deltas, 50):+.3f} "
+                f"(from {min(deltas):+.3f} to {max(deltas):+.3f}, {len(deltas)} pairs)"
+            )
     return "\n".join(lines)
 
 

@@ -83,6 +83,8 @@ def test_a_checkout_run_as_a_variant_is_named_and_set_against_train_py_pair_by_p
     for number, plain_ms in enumerate([30.0, 36.0, 33.0]):
         runs = {"plain": {"ms_per_step": plain_ms}, "train.py": {"ms_per_step": 40.0 + number}}
         runs["before"] = {"ms_per_step": (40.0 + number) * 1.1}
+        runs["train.py"]["harness_cpu_ms_per_step"] = 0.5 + number / 100  # 0.50, 0.51, 0.52
+        runs["before"]["harness_cpu_ms_per_step"] = 0.6  # so train.py − before: −0.10, −0.09, −0.08
         record = {"pair": number, "order": list(runs), **runs, "variants": {"train.py": [], "before": []}}
         records.append(json.dumps({**record, "trees": {"before": "/tmp/old_checkout"}}) + "\n")
     path = tmp_path / "trees.jsonl"
@@ -91,9 +93,12 @@ def test_a_checkout_run_as_a_variant_is_named_and_set_against_train_py_pair_by_p
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert any(line.startswith("# before: /tmp/old_checkout/train.py (another checkout) as shipped;") for line in lines)
-    assert lines[-1] == (
+    assert lines[-2] == (
         "# train.py/before median 0.909, 95 % interval of the median [0.909, 0.909] (above 1: train.py as shipped "
         "is the slower)"
+    )
+    assert lines[-1] == (
+        "# harness CPU ms a step, train.py − before, pair by pair: median -0.090 (from -0.100 to -0.080, 3 pairs)"
     )
 
 
