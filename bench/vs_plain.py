@@ -288,8 +288,8 @@ def train_ms(args: argparse.Namespace, extra: list[str], logdir: Path, name: str
     """One train.py run of `tree` (a checkout; it runs there, importing that checkout's harness)."""
     cmd = [*torchrun(args.nproc), str(tree / "train.py"), *common_args(args), "--max-steps", str(args.steps)]
     cmd += ["--window-start", str(args.window_start), "--logdir", str(logdir), "--run-name", name, *extra]
-    what = f"{tree / 'train.py'} {shlex.join(extra)}" if tree != REPO else f"train.py {shlex.join(extra)}"
-    proc = run(cmd, args, what.rstrip(), cwd=tree)
+    program = "train.py" if tree == REPO else str(tree / "train.py")
+    proc = run(cmd, args, f"{program} {shlex.join(extra)}", cwd=tree)
     return train_window(logdir / name, proc.stdout)
 
 
