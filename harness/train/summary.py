@@ -295,7 +295,8 @@ def format_table(summary: dict[str, Any]) -> str:
             f"{overhead['progress_bar_cpu_ms_per_step']:.2f}), steps {overhead['cpu_window_first_step']}–"
             f"{overhead['cpu_window_last_step']} on rank 0 (wall {overhead['wall_ms_per_step']:.2f} ms, process "
             f"{overhead['process_cpu_ms_per_step']:.2f} ms CPU per step){worker}; a step without hook and logging "
-            "cannot run in the same run: bench.vs_plain compares --comm-hook none"
+            "cannot run in the same run (DDP takes one comm hook for its life): bench.vs_plain compares "
+            "--comm-hook none"
         )
         if threads := overhead.get("thread_cpu_ms_per_step"):
             roles = (
