@@ -311,8 +311,10 @@ def train_window(run_root: Path, stdout: str) -> dict[str, Any]:
             "main_thread_cpu_ms_per_step": overhead["loop_cpu_ms_per_step"],
             "process_cpu_ms_per_step": overhead["process_cpu_ms_per_step"],
             "harness_cpu_ms_per_step": overhead["harness_cpu_ms_per_step"],
-            # Its two parts, kept for attribution (not tabled): the timing callback's per-step work and the bar's.
+            # Its two parts, kept for attribution (not tabled): the timing callback's per-step work (its TensorBoard
+            # events' share apart) and the bar's.
             "callback_cpu_ms_per_step": overhead.get("callback_cpu_ms_per_step"),
+            "logging_cpu_ms_per_step": overhead.get("logging_cpu_ms_per_step"),
             "progress_bar_cpu_ms_per_step": overhead.get("progress_bar_cpu_ms_per_step"),
             "step_worker_cpu_ms_per_step": overhead.get("step_worker_cpu_ms_per_step", 0.0),
             "thread_cpu_ms_per_step": overhead.get("thread_cpu_ms_per_step", {}),

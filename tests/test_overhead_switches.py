@@ -96,6 +96,11 @@ def test_resolve_thread_logs_the_same_steps_as_the_loops_thread(tmp_path):
         threads = summary["overhead_s"]["thread_cpu_ms_per_step"]
         assert threads.get("harness-step-worker", 0.0) == pytest.approx(worker_ms, rel=0.2, abs=0.2), threads
         assert ("on the harness's own thread during backward" in proc.stdout) is (mode == "--resolve-thread")
+        # The events written on the loop's thread are a part of the callback's CPU, printed beside it: every logged
+        # step's by default; with the worker, the gathered step's (a collective, so on the loop's thread).
+        overhead = summary["overhead_s"]
+        assert 0 < overhead["logging_cpu_ms_per_step"] < overhead["callback_cpu_ms_per_step"], overhead
+        assert f"(its TensorBoard events {overhead['logging_cpu_ms_per_step']:.2f}, " in proc.stdout
         acc = events(logdir)
         written[mode] = {tag: [e.step for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
         assert written[mode][tags.STEP_MS] == list(range(6, STEPS)), written[mode][tags.STEP_MS]

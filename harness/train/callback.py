@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -149,7 +150,10 @@ class CommTimingCallback(pl.Callback):
         self.overhead_s = {"calibration": 0.0, "rank_gathers": 0.0, "between_steps": 0.0, "all_steps": 0.0}
         # Main-thread CPU seconds of the harness's per-step work (this callback's hooks; the progress bar adds its
         # own), and their values when the clock's window opened and closed (with the StepWorker's CPU seconds).
-        self.cpu_s = {"callback": 0.0, "progress_bar": 0.0}
+        # "logging" is the part of "callback" spent writing steps' TensorBoard events on the loop's thread: what
+        # --log-every N saves, told apart in the run itself.
+        self.cpu_s = {"callback": 0.0, "progress_bar": 0.0, "logging": 0.0}
+        self._loop_thread: int | None = None  # the thread the training loop runs on (on_fit_start's)
         self._cpu_at: dict[int, dict[str, float]] = {}
         self.gathers = 0
         self.timeline_steps_run = 0  # timeline steps resolved (calibration.py): calibration steps with no sample
@@ -205,6 +209,7 @@ class CommTimingCallback(pl.Callback):
         # strategy has wrapped the model and before any backward, works on every device.
         self.phase = "fit start (hook registration, the rank-gather group)"
         self._trainer = trainer
+        self._loop_thread = threading.get_ident()
         ddp_model = trainer.strategy.model
         if not isinstance(ddp_model, torch.nn.parallel.DistributedDataParallel):
             raise RuntimeError(f"expected a DDP-wrapped model, got {type(ddp_model).__name__}")
@@ -465,7 +470,11 @@ class CommTimingCallback(pl.Callback):
             if measured and spread is None and not step_log.logs(stats.step):
                 step_log.bands.record(resolved.timings)  # a step not logged: its bucket times join the bands only
             else:
+                on_loop = threading.get_ident() == self._loop_thread  # else on the StepWorker, whose CPU counts it
+                cpu = time.thread_time()
                 self._write_events(lambda: step_log.write(stats, resolved.timings, spread, measured))
+                if on_loop:
+                    self.cpu_s["logging"] += time.thread_time() - cpu
 
     # -- the end ------------------------------------------------------------------------------------
 
@@ -663,8 +672,8 @@ class CommTimingCallback(pl.Callback):
             return {}
         start, end = self._cpu_at[self.clock.first], self._cpu_at[self.clock.last]
         steps = self.clock.last - self.clock.first
-        callback_ms, bar_ms, worker_ms = (
-            (end[key] - start[key]) * 1e3 / steps for key in ("callback", "progress_bar", "step_worker")
+        callback_ms, bar_ms, worker_ms, logging_ms = (
+            (end[key] - start[key]) * 1e3 / steps for key in ("callback", "progress_bar", "step_worker", "logging")
         )
         return {
             "cpu_window_first_step": self.clock.first,
@@ -674,6 +683,7 @@ class CommTimingCallback(pl.Callback):
             "process_cpu_ms_per_step": window["process_cpu_ms_per_step"],
             "harness_cpu_ms_per_step": callback_ms + bar_ms,
             "callback_cpu_ms_per_step": callback_ms,
+            "logging_cpu_ms_per_step": logging_ms,  # part of the callback's: its TensorBoard events
             "progress_bar_cpu_ms_per_step": bar_ms,
             # Off the loop's thread, during backward (step_worker.py): not main-thread CPU, and not in harness's.
             "step_worker_cpu_ms_per_step": worker_ms,

@@ -289,9 +289,12 @@ def format_table(summary: dict[str, Any]) -> str:
         harness, loop = overhead["harness_cpu_ms_per_step"], overhead["loop_cpu_ms_per_step"]
         worker_ms = overhead.get("step_worker_cpu_ms_per_step") or 0.0
         worker = f", and {worker_ms:.2f} ms on the harness's own thread during backward" if worker_ms > 0 else ""
+        events_ms = overhead.get("logging_cpu_ms_per_step")  # absent in runs recorded before 2026-12-07 19:45
+        events = f" (its TensorBoard events {events_ms:.2f}, which --log-every N thins)" if events_ms else ""
+        callback = f"{overhead['callback_cpu_ms_per_step']:.2f}{events}"
         lines.append(
             f"# harness CPU {harness:.2f} ms of the training loop's {loop:.2f} ms main-thread CPU per step "
-            f"({100 * harness / loop:.1f} %: callback {overhead['callback_cpu_ms_per_step']:.2f}, progress bar "
+            f"({100 * harness / loop:.1f} %: callback {callback}, progress bar "
             f"{overhead['progress_bar_cpu_ms_per_step']:.2f}), steps {overhead['cpu_window_first_step']}–"
             f"{overhead['cpu_window_last_step']} on rank 0 (wall {overhead['wall_ms_per_step']:.2f} ms, process "
             f"{overhead['process_cpu_ms_per_step']:.2f} ms CPU per step){worker}; a step without hook and logging "
