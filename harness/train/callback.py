@@ -151,7 +151,7 @@ class CommTimingCallback(pl.Callback):
         # Main-thread CPU seconds of the harness's per-step work (this callback's hooks; the progress bar adds its
         # own), and their values when the clock's window opened and closed (with the StepWorker's CPU seconds).
         # "logging" is the part of "callback" spent writing steps' TensorBoard events on the loop's thread: what
-        # --log-every N saves, told apart in the run itself.
+        # --log-every N thins, told apart in the run itself.
         self.cpu_s = {"callback": 0.0, "progress_bar": 0.0, "logging": 0.0}
         self._loop_thread: int | None = None  # the thread the training loop runs on (on_fit_start's)
         self._cpu_at: dict[int, dict[str, float]] = {}
