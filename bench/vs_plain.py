@@ -68,9 +68,19 @@ from pathlib import Path
 from typing import Any
 
 from harness.common import thread_cpu
-from harness.common.cli import OneLineParser, UsageError, refusal_line, run_cli
+from harness.common.cli import (
+    OneLineParser,
+    UsageError,
+    check_count,
+    check_seconds,
+    check_writable,
+    file_identity,
+    refusal_line,
+    run_cli,
+)
 from harness.common.metrics import median_ci95, percentile
 from harness.common.names import SUMMARY_FILE
+from harness.common.numbers import is_number, plural
 from harness.common.thread_cpu import WAITS_KEY
 
 REPO = Path(__file__).resolve().parent.parent
@@ -344,7 +354,7 @@ def train_window(run_root: Path, stdout: str) -> dict[str, Any]:
 
 def common_args(args: argparse.Namespace) -> list[str]:
     out = ["--model", args.model, "--batch-size", str(args.batch_size)]
-    return out + (["--image-size", str(args.image_size)] if args.image_size else [])
+    return out + (["--image-size", str(args.image_size)] if args.image_size is not None else [])
 
 
 def pick_variants(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, list[str]]:
@@ -356,8 +366,8 @@ def pick_variants(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             parser.error(f"--variants: {name!r} is not known; choose from: all, {', '.join(KNOWN_VARIANTS)}")
         variants[name] = KNOWN_VARIANTS[name]
     for spec in args.variant:
-        name, _, extra = spec.partition("=")
-        if not name or name in variants or name in RECORD_KEYS:
+        name, equals, extra = spec.partition("=")
+        if not equals or not name or name in variants or name in RECORD_KEYS:
             parser.error(f'--variant {spec!r}: give NAME="ARGS" with a NAME not used yet')
         variants[name] = shlex.split(extra)
     return variants
@@ -443,7 +453,7 @@ def report(
         median = percentile(ratios[name], 50)
         lines.append(
             f"# {name}: {program} {shlex.join(extra) or 'as shipped'}; plain/{name} median {median:.3f}, 95 % "
-            f"interval of the median [{low:.3f}, {high:.3f}] (bootstrap over the {len(rows)} pairs)"
+            f"interval of the median [{low:.3f}, {high:.3f}] (bootstrap over the {plural(len(rows), 'pair')})"
         )
     for name in variants:
         if name == "train.py" or "train.py" not in variants:
@@ -462,7 +472,7 @@ def report(
         if deltas:
             lines.append(
                 f"# harness CPU ms a step, train.py − {name}, pair by pair: median {percentile(deltas, 50):+.3f} "
-                f"(from {min(deltas):+.3f} to {max(deltas):+.3f}, {len(deltas)} pairs)"
+                f"(from {min(deltas):+.3f} to {max(deltas):+.3f}, {plural(len(deltas), 'pair')})"
             )
     return "\n".join(lines)
 
@@ -485,7 +495,7 @@ def order_lines(rows: list[dict], ratios: dict[str, list[float]]) -> list[str]:
             by_place.setdefault(list(row).index(name), []).append(ratio)
         if len(by_place) > 1:
             cells = ", ".join(
-                f"{place + 1}{_ORDINAL.get(place + 1, 'th')} {percentile(found, 50):.3f} ({len(found)} pairs)"
+                f"{place + 1}{_ORDINAL.get(place + 1, 'th')} {percentile(found, 50):.3f} ({plural(len(found), 'pair')})"
                 for place, found in sorted(by_place.items())
             )
             lines.append(f"# plain/{name}, median by where {name} ran in its pair: {cells}")
@@ -524,7 +534,11 @@ def report_of_files(paths: list[Path], parser: argparse.ArgumentParser) -> str:
     """The table of every pair in these --out files, in the order written: pairs of several calls pooled. Only
     the variants every pair ran are tabled."""
     rows, variants, pinned, trees = [], {}, [], {}
+    seen: dict[tuple, Path] = {}
     for path in paths:
+        if file_identity(path) in seen:  # its pairs would count twice
+            parser.error(f"--report: {path} is {seen[file_identity(path)]} again; give each file once")
+        seen[file_identity(path)] = path
         try:
             lines = path.read_text().splitlines()
         except OSError as error:
@@ -533,6 +547,8 @@ def report_of_files(paths: list[Path], parser: argparse.ArgumentParser) -> str:
             try:
                 record = json.loads(line)
                 names = [name for name in record["order"] if name != "plain"]
+                if not all(is_number(record[name]["ms_per_step"], above=0) for name in record["order"]):
+                    parser.error(f"--report: {path}:{number} has a run whose ms_per_step is not a positive number")
                 rows.append({name: record[name] for name in record["order"]})
                 pinned.append(record.get("cpus"))
                 for name, tree in record.get("trees", {}).items():
@@ -577,8 +593,14 @@ def main() -> None:
     if args.report:
         print(report_of_files([Path(name) for name in args.report], parser), flush=True)
         return
+    for option, value in (("--pairs", args.pairs), ("--nproc", args.nproc), ("--batch-size", args.batch_size),
+                          ("--image-size", args.image_size)):  # fmt: skip
+        check_count(option, value)
+    check_count("--steps", args.steps, least=2)
+    check_seconds("--timeout", args.timeout)
     if not 0 <= args.window_start < args.steps - 1:
-        parser.error("--window-start must be at least 0 and below --steps - 1")
+        parser.error(f"--window-start must be at least 0 and below --steps - 1 ({args.steps - 1})")
+    check_writable(args.out, "--out")  # now, not after the first pair has run
     variants = pick_variants(args, parser)
     trees = pick_trees(args.tree, variants, parser)
     variants.update({name: [] for name in trees})

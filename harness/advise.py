@@ -277,9 +277,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     hooks, caps = check_args(args)
     summary = load_summary(args.run)
-    step_inputs(summary, args.run)  # a run without a timeline is refused before any talk of networks
-    network, sweep = resolve_network(args, summary)
-    advice = advise(summary, args.run, network, args.world_size, hooks, caps)
+    try:  # the sections only the advisor reads are checked as it reads them
+        step_inputs(summary, args.run)  # a run without a timeline is refused before any talk of networks
+        network, sweep = resolve_network(args, summary)
+        advice = advise(summary, args.run, network, args.world_size, hooks, caps)
+    except BadFile as err:
+        raise UsageError(f"--run: {err}") from None
     model = summary["settings"].get("model") or "?"
     result = advice_json(advice, args.run, sweep)
     if args.json:  # before the report, so that a reader that stops early does not lose it

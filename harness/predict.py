@@ -109,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
 def load_summary(run_dir: str) -> dict[str, Any]:
     """A --run's summary.json, which must hold measured buckets; a UsageError saying what is wrong otherwise."""
     path = Path(run_dir) / SUMMARY_FILE
+    if not os.path.lexists(run_dir):
+        raise UsageError(f"--run {run_dir!r} does not exist")
+    if not os.path.isdir(run_dir):
+        raise UsageError(
+            f"--run {run_dir!r} is a file; give the run's directory, as train.py's last line names it "
+            "(<logdir>/<run name>/<version>)"
+        )
     if not os.path.lexists(path):
         raise UsageError(
             f"--run {run_dir!r} has no {SUMMARY_FILE}; give a run's directory, as train.py's last line names it "

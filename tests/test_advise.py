@@ -670,6 +670,12 @@ def advise_cli(*args: str) -> subprocess.CompletedProcess:
         (summary_without_timeline(), ["--verify", "-1"], "--verify must be >= 0"),
         (summary_without_timeline(), ["--network", "sweep"], "--network sweep needs --sweep"),
         (summary_without_timeline(), ["--world-size", "0"], "--world-size must be at least 1"),
+        # A damaged section the advisor reads (and compare does not): refused as the input it is, not a traceback.
+        ({**summary_without_timeline(), "backward_timeline": "x"}, [], "backward_timeline is the string 'x'"),
+        ({**summary_without_timeline(), "after_backward_all_reduces": "x"}, [], "after_backward_all_reduces is"),
+        ({**summary_without_timeline(), "after_backward_all_reduces": {"ms": ["a"]}}, [], "expected a list of num"),
+        ({**summary_without_timeline(), "ranks": "x"}, [], "ranks is the string 'x'; expected a list of JSON objects"),
+        ({**summary_without_timeline(), "ranks": [1]}, [], "ranks[0] is 1; expected a JSON object"),
     ],
 )
 def test_mistakes_are_one_line(tmp_path, summary, args, message):
@@ -683,6 +689,11 @@ def test_mistakes_are_one_line(tmp_path, summary, args, message):
 def test_a_run_directory_without_summary_is_one_line(tmp_path):
     proc = advise_cli("--run", str(tmp_path))
     assert proc.returncode == 2 and "has no summary.json" in proc.stderr and proc.stderr.count("\n") == 1
+    absent = advise_cli("--run", str(tmp_path / "absent"))
+    assert absent.returncode == 2 and absent.stderr.endswith("absent' does not exist\n"), absent.stderr
+    (tmp_path / "summary.json").write_text(json.dumps(summary_without_timeline()))
+    a_file = advise_cli("--run", str(tmp_path / "summary.json"))
+    assert a_file.returncode == 2 and "summary.json' is a file; give the run's directory" in a_file.stderr
 
 
 def eight_block_summary(excess_ms: float, half_width_ms: float) -> dict:

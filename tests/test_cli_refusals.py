@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from harness.common.cli import OneLineParser, UsageError
 from tests.train_runs import REPO
 
 MAIN_GUARD = 'if __name__ == "__main__":'
@@ -46,6 +47,35 @@ def test_every_program_refuses_an_unknown_option_in_one_line_with_exit_2():
     for (_, name), proc in zip(found, results, strict=True):
         prog = ALIASES.get(name, name)
         lines = proc.stderr.strip().splitlines()
-        if proc.returncode != 2 or len(lines) != 1 or not lines[0].startswith(f"{prog}: error: "):
+        # The option is named, also by a command with a required argument (argparse would only say that one is
+        # missing).
+        named = bool(lines) and "--no-such-option" in lines[0]
+        if proc.returncode != 2 or len(lines) != 1 or not lines[0].startswith(f"{prog}: error: ") or not named:
             wrong.append(f"{name}: exit {proc.returncode}, stderr {proc.stderr.strip()[-300:]!r}")
     assert not wrong, "\n".join(wrong)
+
+
+def one_line_parser() -> OneLineParser:
+    parser = OneLineParser(prog="p")
+    parser.add_argument("dir")
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--alpha-us", type=float)
+    parser.add_argument("-j", type=int)
+    return parser
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--bogus"], "unrecognized arguments: --bogus"),  # not "the following arguments are required"
+        (["d", "--run", "r", "--bogus=3"], "unrecognized arguments: --bogus=3"),
+        (["--ru"], "argument --run: expected one argument"),  # a prefix of --run is --run
+        (["d", "-j4"], "the following arguments are required: --run"),  # -j with its value, no unknown option
+        (["d", "--alpha-us", "-5"], "the following arguments are required: --run"),  # -5 is a value
+        (["d"], "the following arguments are required: --run"),
+    ],
+)
+def test_an_unknown_option_is_named_before_a_missing_argument(argv, says):
+    with pytest.raises(UsageError) as refused:
+        one_line_parser().parse_args(argv)
+    assert str(refused.value) == says

@@ -226,7 +226,7 @@ def test_a_run_too_short_for_the_timeline_steps_keeps_its_compute_only_samples(t
     args = ["--model", "resnet_tiny", "--devices", "1", "--max-steps", "6", "--calibration-steps", "2"]
     proc = run_train([*args, "--no-progress-bar"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    note = "# 6 steps leave none after warm-up and calibration: the backward timeline's steps are left out"
+    note = "# a run of 6 steps leaves none after warm-up and calibration: the backward timeline's steps are left out"
     assert note in proc.stdout
     assert "calibration 0.000 s (2 of 6 steps, which at world size 1 have no gradients to average)" in proc.stdout
     summary = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())

@@ -86,6 +86,10 @@ MISTAKES = {
     "image-size-tokens": (["--model", "gpt_tiny", "--image-size", "64"], "--image-size applies to image models"),
     "logdir-unwritable": (["--logdir", "/proc/runs"], "--logdir '/proc/runs' cannot be written"),
     "logdir-under-file": (["--logdir", "/etc/passwd/runs"], "--logdir '/etc/passwd/runs' cannot be written: Not a"),
+    "logdir-is-a-file": (["--logdir", "/etc/passwd"], "--logdir: '/etc/passwd' is a file; give a directory"),
+    "run-name-escapes": (["--run-name", "../../escape"], "--run-name '../../escape': give a name, one directory"),
+    "run-name-nested": (["--run-name", "a/b"], "--run-name 'a/b': give a name, one directory under --logdir"),
+    "run-name-empty": (["--run-name", ""], "--run-name '': give a name, one directory under --logdir"),
 }
 LAUNCHED = {  # a torchrun world that disagrees with the options
     "devices-vs-torchrun": (

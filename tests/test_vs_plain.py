@@ -134,6 +134,45 @@ def test_a_tree_variant_that_cannot_run_is_refused_in_one_line(spec, says):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--pairs", "0"], "--pairs must be at least 1, got 0"),
+        (["--nproc", "-1"], "--nproc must be at least 1, got -1"),
+        (["--image-size", "0"], "--image-size must be at least 1, got 0"),
+        (["--steps", "-5"], "--steps must be at least 2, got -5"),
+        (["--steps", "10", "--window-start", "9"], "--window-start must be at least 0 and below --steps - 1 (9)"),
+        (["--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
+        (["--timeout", "nan"], "--timeout must be a positive number of seconds, got nan"),
+        (["--variant", "noequals"], "--variant 'noequals': give NAME=\"ARGS\""),
+        (["--out", "/nonexistent/dir/pairs.jsonl"], "--out: directory '/nonexistent/dir' does not exist"),
+    ],
+)
+def test_a_mistake_is_refused_before_any_run(args, says):
+    """Each in one line and exit 2 at once, not as a traceback after a pair has run (or a run that never ends)."""
+    cmd = [sys.executable, "-m", "bench.vs_plain", "--model", "resnet_tiny", *args]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"python -m bench.vs_plain: error: {says}"), proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_report_refuses_damaged_times_and_a_file_given_twice(tmp_path):
+    """A step time of 0, a string or NaN would divide by zero, fail to divide or print NaN ratios; one file named
+    twice would count its pairs twice."""
+    good = tmp_path / "good.jsonl"
+    good.write_text(pair(0, 30.0, 31.0))
+    for value in ("0", '"fast"', "NaN", "-3"):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(pair(0, 30.0, 31.0).replace('"ms_per_step": 31.0', f'"ms_per_step": {value}'))
+        proc = report(good, bad)
+        assert proc.returncode == 2, (value, proc.stdout)
+        assert f"{bad}:1 has a run whose ms_per_step is not a positive number" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    twice = report(good, tmp_path / ".." / tmp_path.name / "good.jsonl")
+    assert twice.returncode == 2 and "again; give each file once" in twice.stderr, twice.stderr
+
+
 def test_report_refuses_a_file_it_did_not_write_in_one_line(tmp_path):
     stray = tmp_path / "stray.jsonl"
     stray.write_text(pair(0, 30.0, 31.0) + '{"something": "else"}\n')

@@ -77,6 +77,9 @@ class Advice:
     across_kappa: list[tuple[float, StepPrediction, StepPrediction]]
     """With κ at each end of its range (kappa_range), where that differs from κ: (κ, the fastest candidate
     there, the pick made at κ itself predicted there)."""
+    measured_comm_ms: float = math.nan
+    """The run's comm p50 a step as measured: its collectives beside backward, where the model's comm is theirs at
+    the network's rates."""
 
 
 def step_inputs(summary: dict[str, Any], run: str) -> StepInputs:
@@ -198,6 +201,7 @@ def advise(
         layout_check=layout_check(summary, inputs, current_setting),
         notes=notes,
         across_kappa=picks,
+        measured_comm_ms=totals.get("comm_ms_p50") if is_finite(totals.get("comm_ms_p50")) else math.nan,
     )
 
 

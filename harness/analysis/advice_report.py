@@ -20,11 +20,17 @@ from harness.common.numbers import is_finite
 
 
 def train_flags(candidate: Candidate) -> str:
-    """The train.py flags that run `candidate` (a list needs a torch that takes one: see the report)."""
+    """The train.py flags that run `candidate`; for a per-bucket list, which train.py cannot set, the caps."""
     if candidate.kind == "list":
-        return f"per-bucket caps {candidate.limits_mb()} MiB (not a train.py flag: DDP takes one cap)"
+        return f"per-bucket caps {candidate.limits_mb()} MiB, which train.py cannot set (DDP takes one cap)"
     cap = "" if candidate.bucket_cap_mb is None else f"--bucket-cap-mb {candidate.bucket_cap_mb:g} "
     return f"{cap}--comm-hook {candidate.hook}"
+
+
+def how_to_run(candidate: Candidate) -> str:
+    """`train.py --bucket-cap-mb 5 --comm-hook fp16`, or for a per-bucket list what it would take."""
+    flags = train_flags(candidate)
+    return flags if candidate.kind == "list" else f"train.py {flags}"
 
 
 def network_line(name: str, network: Network | None) -> str:
@@ -73,11 +79,11 @@ def format_advice(advice: Advice, run: str, model: str, sweep: Network | None) -
     lines += [f"# note: {note}" for note in advice.notes]
     lines += table(advice)
     best = advice.rows[0]
-    lines.append(f"# recommendation: {describe(best.candidate)}: train.py {train_flags(best.candidate)}")
+    lines.append(f"# recommendation: {describe(best.candidate)}: {how_to_run(best.candidate)}")
     if best.candidate.kind == "list":
         runner = next((r for r in advice.rows if r.candidate.kind != "list"), None)
         if runner is not None:
-            lines.append(f"# best single cap: {describe(runner.candidate)}: train.py {train_flags(runner.candidate)}")
+            lines.append(f"# best single cap: {describe(runner.candidate)}: {how_to_run(runner.candidate)}")
     lines.append(f"# how sure: {confidence(advice)}")
     lines.append("Formulas:")
     lines += [f"  {f}" for f in formulas()]
@@ -93,25 +99,40 @@ def efficiency(inrun: Network, sweep: Network) -> str:
 def table(advice: Advice) -> list[str]:
     """One line per distinct setting, fastest first: candidates that build the same buckets with the same hook
     (caps above the model's size, a list equal to a cap) share a line, their labels joined."""
-    head = f"{'setting':<30} {'hook':<9} {'buckets':>7} {'step ms':>9} {'exposed ms':>10} {'comm ms':>9} {'change':>8}"
     merged: dict[tuple, tuple[list[str], StepPrediction]] = {}
     for row in advice.rows:
         key = (row.candidate.hook, tuple(b.numel for b in row.buckets))
         merged.setdefault(key, ([], row))[0].append(row.candidate.label)
-    lines = [head]
+    labelled = []
     for labels, row in merged.values():
-        mark = " *" if same_buckets(row, advice.current) else ""
         caps = [label.removesuffix(" MiB") for label in labels if label.endswith(" MiB")]
-        label = ", ".join(([f"{'/'.join(caps)} MiB"] if caps else []) + [x for x in labels if not x.endswith(" MiB")])
-        label = label if len(label) <= 30 else label[:29] + "…"
+        labelled.append(
+            (
+                ", ".join(([f"{'/'.join(caps)} MiB"] if caps else []) + [x for x in labels if not x.endswith(" MiB")]),
+                row,
+            )
+        )
+    width = max([len("setting"), *(len(label) for label, _ in labelled)])
+    columns = f"{'hook':<9} {'buckets':>7} {'step ms':>9} {'exposed ms':>10} {'comm ms':>9} {'change':>8}"
+    lines = [f"{'setting':<{width}} {columns}"]
+    for label, row in labelled:
+        mark = " *" if same_buckets(row, advice.current) else ""
         lines.append(
-            f"{label:<30} {row.candidate.hook:<9} {len(row.buckets):>7} {row.step_ms:>9.2f} "
+            f"{label:<{width}} {row.candidate.hook:<9} {len(row.buckets):>7} {row.step_ms:>9.2f} "
             f"{row.exposed_ms:>10.2f} {row.comm_ms:>9.2f} {change_pct(row, advice):>+7.1f}%{mark}"
         )
-    lines.append(
-        "# change: predicted step against the run's measured step p50; * the run's own buckets and hook; "
-        "settings that build the same buckets share a line"
+    measured_comm = (
+        f"; the run's own comm p50 measured {advice.measured_comm_ms:.2f} ms a step"
+        if is_finite(advice.measured_comm_ms)
+        else ""
     )
+    lines += [
+        "# change: predicted step against the run's measured step p50; * the run's own buckets and hook; "
+        "settings that build the same buckets share a line",
+        f"# comm ms: the model's collective time a step at the network used (an in-run fit is the lower envelope of "
+        f"the run's bucket times, so below their median{measured_comm}); step and exposed are what it predicts and "
+        "is validated on",
+    ]
     return lines
 
 

@@ -93,6 +93,13 @@ def read_summary(path: Path | str) -> dict[str, Any]:
             bucket.number(key, minimum=0)
         for key in ("first_param", "last_param", "time_source", "dtype"):
             bucket.text(key)
+    for _ in top.items("ranks"):  # each a JSON object: the advisor reads their threads and devices
+        pass
+    after = top.section("after_backward_all_reduces")
+    for key, kind in (("dtype", str), ("bytes", int), ("ms", int | float | None)):
+        values = after.data.get(key, []) if after is not None else []
+        if not isinstance(values, list) or not all(isinstance(v, kind) and not isinstance(v, bool) for v in values):
+            raise after.fail(key, f"a list of {'strings' if kind is str else 'numbers'}")
     return top.data
 
 

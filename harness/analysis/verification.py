@@ -69,9 +69,10 @@ def verdict(pick: Verified, current: Verified) -> str:
     floor = 1 / len(list(itertools.combinations(range(len(pick.measured_step_ms) + len(current.measured_step_ms)),
                                                  len(pick.measured_step_ms))))  # fmt: skip
     more = " (more repeats can resolve it)" if floor > SIGNIFICANCE else ""
+    direction = "faster" if gain >= 0 else "slower"
     return (
-        f"not resolved: measured change {100 * gain:+.1f} % is within the noise (permutation p = {p:.3f}{more}; "
-        f"{spread})"
+        f"not resolved: the pick measured {abs(100 * gain):.1f} % {direction} than the run's setting, within the "
+        f"noise (permutation p = {p:.3f}{more}; {spread})"
     )
 
 
@@ -80,14 +81,15 @@ def _span(values: list[float]) -> str:
 
 
 def format_verification(rows: list[Verified], pick: Verified, current: Verified) -> str:
+    width = max([len("setting"), *(len(row.label) for row in rows)])
     lines = [
-        f"{'setting':<34} {'predicted ms':>12} {'measured ms':>11} {'error':>7}  runs (step p50, ms)",
+        f"{'setting':<{width}} {'predicted ms':>12} {'measured ms':>11} {'error':>7}  runs (step p50, ms)",
     ]
     for row in rows:
         runs = ", ".join(f"{v:.1f}" for v in row.measured_step_ms) or "none finished"
         lines.append(
-            f"{row.label:<34} {row.predicted_step_ms:>12.2f} {row.measured_median_ms:>11.2f} {100 * row.error:>+6.1f}%"
-            f"  {runs}"
+            f"{row.label:<{width}} {row.predicted_step_ms:>12.2f} {row.measured_median_ms:>11.2f} "
+            f"{100 * row.error:>+6.1f}%  {runs}"
         )
     errors = [abs(r.error) for r in rows if r.measured_step_ms]
     if errors:

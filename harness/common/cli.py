@@ -8,13 +8,15 @@ answers alike. Nothing here imports torch: the commands refuse a mistake before 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from harness.common.failures import say
 from harness.common.names import EXIT_BROKEN_PIPE, EXIT_USAGE
@@ -53,12 +55,43 @@ def refusal_line(stderr: str) -> str | None:
     return next((line for line in stderr.splitlines() if _REFUSAL.match(line)), None)
 
 
+# A command-line word that is a number, not an option: `--alpha-us -5` gives -5 to --alpha-us.
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a mistake is a UsageError: one line and exit 2 through run_cli, like every other check
-    (argparse's own error() prints the whole usage first)."""
+    (argparse's own error() prints the whole usage first). An option no command has is named before a missing
+    required argument: argparse checks the required ones first, so `compare --bogus` would only say that DIR is
+    missing."""
 
-    def error(self, message: str):
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        unknown = self.unknown_option()
+        if unknown is not None and message.startswith("the following arguments are required"):
+            message = f"unrecognized arguments: {unknown}"
         raise UsageError(message)
+
+    def unknown_option(self) -> str | None:
+        """The first word of the command line that looks like an option and is none of this parser's (nor a
+        prefix argparse would take for one), or None."""
+        known = self._option_string_actions
+        for word in getattr(self, "_words", []):
+            if word == "--":
+                break
+            if not word.startswith("-") or word == "-" or _NEGATIVE_NUMBER.match(word):
+                continue
+            name = word.split("=", 1)[0]
+            long_prefix = name.startswith("--") and any(option.startswith(name) for option in known)
+            short_with_value = not name.startswith("--") and name[:2] in known  # -j4
+            if name not in known and not long_prefix and not short_with_value:
+                return word
+        return None
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -86,6 +119,8 @@ def check_writable(path: str | None, option: str, directory: bool = False, creat
     if not path.strip():
         raise UsageError(f"{option}: empty path")
     if create:
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise UsageError(f"{option}: {path!r} is a file; give a directory")
         try:
             os.makedirs(path, exist_ok=True)
             with tempfile.TemporaryFile(dir=path):
@@ -118,6 +153,18 @@ def check_writable(path: str | None, option: str, directory: bool = False, creat
             pass
     except OSError as err:
         raise UsageError(f"{option}: cannot write in {ancestor!r}: {err.strerror}") from None
+
+
+def check_count(option: str, value: int | None, least: int = 1) -> None:
+    """A UsageError unless `value` (None: not given) is at least `least`."""
+    if value is not None and value < least:
+        raise UsageError(f"{option} must be at least {least}, got {value}")
+
+
+def check_seconds(option: str, value: float) -> None:
+    """A UsageError unless `value` is a positive, finite number of seconds."""
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{option} must be a positive number of seconds, got {value:g}")
 
 
 def _is_pipe_or_socket(path: str) -> bool:

@@ -30,3 +30,8 @@ def is_number(value: Any, integer: bool = False, minimum: float | None = None, a
     """Whether `value` is an int (or, unless `integer`, a float), not a bool, finite and within the bounds."""
     kinds = int if integer else int | float
     return isinstance(value, kinds) and not isinstance(value, bool) and in_range(value, minimum, above)
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 pair', '2 pairs': a count and its noun, agreeing (nouns that take an s)."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

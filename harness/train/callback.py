@@ -64,6 +64,7 @@ from harness.common.failures import (
     failure_text,
 )
 from harness.common.names import WARMUP_STEPS
+from harness.common.numbers import plural
 from harness.common.run_identity import trial_name
 from harness.common.thread_cpu import WAITS_KEY
 from harness.train import dashboards
@@ -242,7 +243,8 @@ class CommTimingCallback(pl.Callback):
                 self.calibration = Calibration(0)
                 note = "exposed time is off"
             if trainer.is_global_zero:
-                print(f"# {trainer.max_steps} steps leave none after warm-up and calibration: {note}")
+                run = plural(trainer.max_steps, "step")
+                print(f"# a run of {run} leaves none after warm-up and calibration: {note}")
         if self.calibration.timeline_steps > 0:
             self.grad_ready = GradReadyRecorder(ddp_model.module, self.state.param_names, self.state.stamps)
         if self.gather_every > 0 and self.world_size > 1:  # one rank has no skew to gather

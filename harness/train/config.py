@@ -153,6 +153,10 @@ class TrainConfig:
             )
         if self.data_dir is not None:
             _check_image_folder(self.data_dir)
+        if self.run_name is not None and (self.run_name.strip() in ("", ".", "..") or "/" in self.run_name):
+            raise UsageError(
+                f"--run-name {self.run_name!r}: give a name, one directory under --logdir (no '/', not '.' or '..')"
+            )
 
     @property
     def use_gpu(self) -> bool:

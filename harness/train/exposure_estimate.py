@@ -330,7 +330,10 @@ def estimate_exposure(
     step_index, fwd_bwd, comm = step_index[kept].astype(np.int64), fwd_bwd[kept], comm[kept]
     samples = [(int(step), float(ms)) for step, ms in calibration if math.isfinite(step) and math.isfinite(ms)]
     if not samples:
-        why = "no compute-only (calibration) samples, so there is no reference to subtract (calibration steps off?)"
+        why = (
+            "no compute-only (calibration) samples, so there is no reference to subtract (calibration off, or the run "
+            "ended before its calibration steps)"
+        )
         return _not_measured(len(fwd_bwd), 0, why)
     if not len(fwd_bwd):
         return _not_measured(0, len(samples), "no measured step has a forward + backward time")

@@ -37,6 +37,7 @@ from harness.common import dist_env
 from harness.common.failures import Interrupted, SignalLatch, quiet_writer_threads, report_failure, say, signal_name
 from harness.common.local_launch import exit_with, join_process_group
 from harness.common.names import EXIT_FAILED
+from harness.common.numbers import plural
 from harness.common.openmp_spin import CAUSE, MEASURED, REMEDY_CAVEAT, conditions_text, spun_hooks
 from harness.common.run_info import RECORDED_ENV_PREFIXES
 from harness.train.callback import CommTimingCallback
@@ -104,7 +105,7 @@ class RankRoll(pl.Callback):
             self.timing.ranks = everyone
         if trainer.is_global_zero:
             ranks = ", ".join(f"{r['rank']} pid {r['pid']} on {r['host']} {r['device']}" for r in everyone)
-            print(f"# {PROG}: {trainer.world_size} ranks ({dist.get_backend()}): {ranks}", flush=True)
+            print(f"# {PROG}: {plural(trainer.world_size, 'rank')} ({dist.get_backend()}): {ranks}", flush=True)
             if (note := self._openmp_note(everyone)) is not None:
                 print(f"# {PROG}: note: {note}", flush=True)
 

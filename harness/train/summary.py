@@ -234,9 +234,12 @@ def format_table(summary: dict[str, Any]) -> str:
             f"{b['bytes'] / MB:>9.2f} {b['time_ms_p50']:>9.3f} {b['time_ms_p90']:>9.3f} {b['busbw_gbps_p50']:>10.2f} "
             f"{b['codec_ms_p50']:>9.3f}"
         )
-    lines.append(
-        f"# step p50 {t['step_ms_p50']:.2f} ms (p90 {t['step_ms_p90']:.2f}), {t['samples_per_s_p50']:.1f} {unit}s/s"
-    )
+    if t["steps_measured"] > 0:
+        lines.append(
+            f"# step p50 {t['step_ms_p50']:.2f} ms (p90 {t['step_ms_p90']:.2f}), {t['samples_per_s_p50']:.1f} {unit}s/s"
+        )
+    else:
+        lines.append("# step: no measured step (every step was warm-up or calibration), so no step time")
     if summary["buckets"] and not math.isnan(t["comm_ms_p50"]):  # none without a timed hook (--comm-hook none)
         lines.append(
             f"# comm p50 {t['comm_ms_p50']:.2f} ms per step (p90 {t['comm_ms_p90']:.2f}) for "
@@ -248,7 +251,8 @@ def format_table(summary: dict[str, Any]) -> str:
         olo, ohi = t["overlap_pct_ci95"]
         lines += [
             f"# exposed p50 {t['exposed_ms_p50']:.2f} ms per step, 95 % interval [{lo:.2f}, {hi:.2f}] "
-            f"(= tail {t['tail_ms_p50']:.2f} + interference {t['interference_ms_p50']:.2f}); overlap "
+            f"(a step's is its tail + its interference; their medians {t['tail_ms_p50']:.2f} and "
+            f"{t['interference_ms_p50']:.2f}); overlap "
             f"{t['overlap_pct_p50']:.1f} % [{olo:.1f}, {ohi:.1f}]; compute-only forward+backward "
             f"{t['compute_only_ms']:.2f} ms from {t['calibration_steps']} samples, with communication "
             f"{t['fwd_bwd_ms_p50']:.2f} ms",
@@ -279,9 +283,12 @@ def format_table(summary: dict[str, Any]) -> str:
                 f"; {beyond:.3f} s beyond the {t['exposed_ms_p50']:.2f} ms of exposed communication a measured step "
                 f"pays, {100 * (beyond + between) / run_s:.2f} % of the run with the work between steps"
             )
+        median_between = (
+            f"median {t['between_steps_ms_p50']:.2f} ms a step, " if math.isfinite(t["between_steps_ms_p50"]) else ""
+        )
         lines.append(
             f"# harness overhead: calibration {overhead['calibration']:.3f} s ({calibration}), work between steps "
-            f"{between:.3f} s ({t['between_steps_ms_p50']:.2f} ms a step, rank gathers "
+            f"{between:.3f} s ({median_between}rank gathers "
             f"{overhead['rank_gathers'] * 1e3:.1f} ms of it in {overhead['gathers']}): "
             f"{100 * (overhead['calibration'] + between) / run_s:.2f} % of the run's {run_s:.1f} s"
         )
