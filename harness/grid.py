@@ -27,8 +27,10 @@ import argparse
 import contextlib
 import datetime
 import itertools
+import math
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,11 +39,12 @@ from pathlib import Path
 
 from harness.analysis.comparison import build_rows
 from harness.analysis.comparison_tables import format_csv, format_markdown, format_text
-from harness.analysis.runs import load_runs
+from harness.analysis.runs import find_runs, load_runs
 from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, run_cli
 from harness.common.dist_env import NVLS_OFF_ENV
 from harness.common.failures import Interrupted, SignalLatch, say, signal_name
 from harness.common.names import HOOK_NAMES
+from harness.common.numbers import plural
 
 PROG = "python -m harness.grid"
 TRAIN_PY = Path(__file__).resolve().parent.parent / "train.py"
@@ -50,15 +53,57 @@ TRAIN_PY = Path(__file__).resolve().parent.parent / "train.py"
 STOP_GRACE_S = 60.0
 
 
-def parse_list(flag: str, text: str, convert: type) -> list:
-    """'1,5,25' -> [1, 5, 25]; a bad item is a UsageError naming the flag."""
+def parse_list(flag: str, text: str, convert: type, example: str) -> list:
+    """'1,5,25' -> [1, 5, 25]; a bad item, none, or one given twice (that is --repeat's job) is a UsageError
+    naming the flag."""
     items = [item.strip() for item in text.split(",") if item.strip()]
     if not items:
-        raise UsageError(f"{flag} needs at least one value, e.g. {flag} 1,5,25")
+        raise UsageError(f"{flag} needs at least one value, e.g. {flag} {example}")
     try:
-        return [convert(item) for item in items]
+        values = [convert(item) for item in items]
     except ValueError:
         raise UsageError(f"{flag} {text!r}: every item must be a {convert.__name__}") from None
+    if len(set(values)) < len(values):
+        raise UsageError(f"{flag} {text!r} names a value twice; --repeat N runs every setting N times")
+    return values
+
+
+# What the grid sets for each run itself: given again after --, the run's name and the table would disagree with
+# what it ran.
+GRID_OWNED = ("--model", "--logdir", "--run-name", "--bucket-cap-mb", "--comm-hook")
+
+
+def check_train_args(model: str, logdir: Path, train_args: list[str]) -> None:
+    """The arguments after -- checked as train.py will check them, for one run of the grid, so that a mistake is
+    one line now rather than a failed run per configuration; and none of the grid's own."""
+    from harness.train.config import TrainConfig, build_parser
+
+    owned = [arg for arg in train_args if arg.split("=", 1)[0] in GRID_OWNED]
+    if owned:
+        raise UsageError(f"after --: {owned[0].split('=', 1)[0]} is the grid's to set; give it before --")
+    argv = ["--model", model, "--logdir", str(logdir), *train_args]
+    try:
+        TrainConfig(**vars(build_parser().parse_args(argv)))
+    except UsageError as err:
+        raise UsageError(f"after -- (train.py's arguments): {err}") from None
+
+
+def check_baseline(baseline: str | None, names: list[str]) -> None:
+    """A --baseline that can name none of the grid's runs (compare takes a name, or a part of one) is a UsageError
+    now, not after the whole grid has run; a directory is left to compare."""
+    if baseline and not Path(baseline).is_dir() and not any(baseline in name for name in names):
+        raise UsageError(f"--baseline {baseline!r} matches none of the grid's runs: {', '.join(names)}")
+
+
+def parse_launcher(text: str) -> list[str]:
+    """--launcher split as a shell would, its program found on PATH; a UsageError otherwise."""
+    try:
+        words = shlex.split(text)
+    except ValueError as err:
+        raise UsageError(f"--launcher {text!r}: {err}") from None
+    if words and shutil.which(words[0]) is None:
+        raise UsageError(f"--launcher {text!r}: {words[0]!r} is not a program on PATH")
+    return words
 
 
 def grid(bucket_caps: list[float], hooks: list[str]) -> list[dict[str, str]]:
@@ -197,25 +242,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    caps = parse_list("--bucket-cap-mb", args.bucket_cap_mb, float)
-    if any(cap <= 0 for cap in caps):
-        raise UsageError(f"--bucket-cap-mb {args.bucket_cap_mb!r}: every cap must be positive")
-    hooks = parse_list("--comm-hook", args.comm_hook, str)
+    caps = parse_list("--bucket-cap-mb", args.bucket_cap_mb, float, "1,5,25")
+    if not all(math.isfinite(cap) and cap > 0 for cap in caps):
+        raise UsageError(f"--bucket-cap-mb {args.bucket_cap_mb!r}: every cap must be a positive number of MiB")
+    hooks = parse_list("--comm-hook", args.comm_hook, str, "allreduce,fp16")
     unknown = [hook for hook in hooks if hook not in HOOK_NAMES]
     if unknown:
         raise UsageError(f"--comm-hook {', '.join(unknown)} not known; choose from: {', '.join(HOOK_NAMES)}")
     if args.repeat < 1:
         raise UsageError(f"--repeat {args.repeat}: must be at least 1")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    logdir = Path(args.logdir or f"runs/sweep-{args.model}-{stamp}")
+    launcher = parse_launcher(args.launcher)
+    check_train_args(args.model, logdir, args.train_args)
+    configs = grid(caps, hooks)
+    check_baseline(args.baseline, [run_name(args.model, config) for config in configs])
+    earlier = find_runs([str(logdir)]) if logdir.is_dir() else []
+    if earlier:  # the table would mix them with this grid's, and take one of them as the baseline
+        raise UsageError(
+            f"--logdir {str(logdir)!r} already holds {plural(len(earlier), 'run')}; give a new directory (python -m "
+            "harness.compare shows runs of several directories side by side)"
+        )
     # An unknown model fails here, not once per configuration. The registry loads torch (seconds), so it is asked
     # last and only here: the grid itself runs no model.
     from models import get_model_spec
 
     get_model_spec(args.model)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    logdir = Path(args.logdir or f"runs/sweep-{args.model}-{stamp}")
     prepare_logdir(logdir)
-    launcher = shlex.split(args.launcher)
-    schedule = run_order(grid(caps, hooks), args.repeat)
+    schedule = run_order(configs, args.repeat)
     signals = SignalLatch().install()  # not armed: a signal between runs is acted on before the next
     failed = run_schedule(schedule, args.model, logdir, launcher, args.train_args, signals)
 

@@ -22,7 +22,7 @@ def test_grid_and_command():
     assert cmd[:4] == ["torchrun", "--nproc-per-node", "8", str(REPO / "train.py")]
     assert cmd[-2:] == ["--max-steps", "9"] and "--run-name" in cmd
     with pytest.raises(UsageError, match="--bucket-cap-mb"):
-        parse_list("--bucket-cap-mb", "1,five", float)
+        parse_list("--bucket-cap-mb", "1,five", float, "1,5,25")
 
 
 def test_repeats_alternate_the_order():
@@ -87,11 +87,22 @@ def test_sweep_runs_every_configuration_and_compares(tmp_path):
         (["--repeat", "0"], "--repeat"),
         (["--repeat", "two"], "--repeat"),
         (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--bucket-cap-mb", "5,nan"], "every cap must be a positive number of MiB"),
+        (["--bucket-cap-mb", "25,25"], "names a value twice; --repeat N runs every setting N times"),
+        (["--comm-hook", ","], "needs at least one value, e.g. --comm-hook allreduce,fp16"),
+        (["--launcher", "nosuchlauncher -x"], "'nosuchlauncher' is not a program on PATH"),
+        (["--launcher", 'torchrun "'], "No closing quotation"),
+        (["--baseline", "nosuch"], "matches none of the grid's runs: resnet50-bucket1-allreduce"),
+        # train.py's arguments, checked as train.py checks them before any run (each run would fail alike)
+        (["--", "--bogus"], "after -- (train.py's arguments): unrecognized arguments: --bogus"),
+        (["--", "--max-steps", "-5"], "--max-steps must be a positive integer, got -5"),
+        (["--", "--bucket-cap-mb=5"], "after --: --bucket-cap-mb is the grid's to set; give it before --"),
+        (["--", "--model", "resnet18"], "after --: --model is the grid's to set"),
     ],
 )
 def test_bad_grid_is_one_line_exit_2(args, flag, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.grid", *args, "--logdir", str(tmp_path)],
+        [sys.executable, "-m", "harness.grid", "--logdir", str(tmp_path), *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -111,3 +122,14 @@ def test_old_name_still_runs_the_grid(tmp_path):
     assert lines[0] == "python -m harness.grid: error: --repeat 0: must be at least 1"
     usage = subprocess.run([*old[:3], "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert usage.returncode == 0 and "--bucket-cap-mb" in usage.stdout
+
+
+def test_a_logdir_that_holds_runs_is_refused_before_any_run(tmp_path):
+    """The table would mix the earlier runs with the grid's own (and take one of them as the baseline)."""
+    (tmp_path / "old-run" / "20260101-000000").mkdir(parents=True)
+    (tmp_path / "old-run" / "20260101-000000" / "summary.json").write_text("{}")
+    cmd = [sys.executable, "-m", "harness.grid", "--model", "resnet_tiny", "--logdir", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "already holds 1 run; give a new directory" in proc.stderr
+    assert not (tmp_path / "logs").exists()
