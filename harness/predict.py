@@ -220,7 +220,7 @@ def predict_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if compute_ms is None and is_finite(run.get("compute_only_ms")):
         compute_ms, compute_source = run["compute_only_ms"], f"the run's compute-only step ({args.run})"
     other_ms = other_ms_of_run(run)  # the optimizer and the rest of a step; 0 without a run
-    ready_ms, ready_note = measured_ready(summary, args.run, buckets) if summary else (None, "")
+    ready_ms, ready_note = measured_ready(summary, args.run, buckets, compute_ms) if summary else (None, "")
     result = predict(buckets, network, world_size, hook, compute_ms, other_ms, args.backward_share, ready_ms)
     result.update(model=model, layout=layout, compute_source=compute_source if compute_ms is not None else None)
     if summary is not None and run_hook in HOOKS:
@@ -244,9 +244,15 @@ def predict_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def measured_ready(summary: dict[str, Any], run: str, buckets: list[PlannedBucket]) -> tuple[list[float] | None, str]:
+def measured_ready(
+    summary: dict[str, Any], run: str, buckets: list[PlannedBucket], compute_ms: float | None
+) -> tuple[list[float] | None, str]:
     """Each of the run's buckets' ready time from the start of forward, from its measured backward timeline
-    (the buckets rebuilt from the timeline must be the run's own), and a line saying where they came from."""
+    (the buckets rebuilt from the timeline must be the run's own), and a line saying where they came from.
+
+    The timeline's steps are slower than the compute-only step C (a stamp per parameter inside backward:
+    bench.timeline_cost), so its times are scaled onto C, keeping their shape: otherwise the last bucket would be
+    ready after the backward that `exposed` is measured from, and a step would expose more than its communication."""
     from harness.analysis.step_model import assign_buckets, run_candidate
 
     timeline = read_timeline(summary, f"{run}/{SUMMARY_FILE}")
@@ -259,15 +265,21 @@ def measured_ready(summary: dict[str, Any], run: str, buckets: list[PlannedBucke
             "assumed in proportion to bytes over backward: the buckets rebuilt from the run's timeline differ from "
             "its measured ones"
         )
-    ready = [timeline.forward_ms + b.ready_ms for b in rebuilt]
+    span = timeline.forward_ms + timeline.backward_ms
+    scale = compute_ms / span if compute_ms is not None and span > 0 else 1.0
+    ready = [(timeline.forward_ms + b.ready_ms) * scale for b in rebuilt]
     source = f"{timeline.samples} calibration steps, {timeline.time_source}"
-    return ready, f"measured: the run's backward timeline ({source})"
+    scaled = f"; its {span:.2f} ms scaled to C = {compute_ms:.2f} ms" if scale != 1.0 else ""
+    return ready, f"measured: the run's backward timeline ({source}{scaled})"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print the report (and write --json first); 0, or a UsageError for run_cli to report."""
     args = build_parser().parse_args(argv)
-    result = predict_from_args(args)
+    try:
+        result = predict_from_args(args)
+    except BadFile as err:  # a section read after load_summary's checks (the backward timeline)
+        raise UsageError(f"--run: {err}") from None
     for warning in result["warnings"]:
         say(PROG, f"warning: {warning}")
     if args.json:

@@ -430,3 +430,40 @@ def test_predict_into_a_closed_pipe_is_quiet_and_keeps_its_json(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and err == "", err
     assert json.loads(out_json.read_text())["world_size"] == 2
+
+
+def test_measured_ready_times_are_scaled_onto_the_compute_only_step(tmp_path, capsys):
+    """A timeline step carries a stamp per parameter, so its forward + backward (10 + 30 ms here) can outlast the
+    compute-only step (30 ms). Taken as they are, the bucket would be ready 10 ms after the backward that exposed
+    time is measured from: 10 ms + its whole all_reduce exposed, more than the communication itself (overlap below
+    0 %). Scaled onto C the bucket is ready as backward ends: exactly its all_reduce is exposed."""
+    run = summary(bucket_bytes=4_000_000)
+    run["backward_timeline"] = {
+        "forward_ms": 10.0, "backward_ms": 30.0, "samples": 2, "time_source": "test",
+        "params": [{"index": 0, "name": "conv.weight", "numel": 1_000_000, "itemsize": 4, "ready_ms": 30.0}],
+    }  # fmt: skip
+    run_dir = write_run(tmp_path, "run", run)
+    out_json = tmp_path / "p.json"
+    args = ["--alpha-us", "100", "--busbw-gbps", "1", "--run", str(run_dir), "--json", str(out_json)]
+    code, out, _ = in_process(predict_cli.main, PROG, args, capsys)
+    assert code == 0, out
+    totals = json.loads(out_json.read_text())["totals"]
+    comm = 0.1 + 4_000_000 * 2 * 1 / 2 / 1e6  # α + S × 2(n−1)/n / B_bus, ms: 4.1
+    assert totals["comm_ms"] == pytest.approx(comm)
+    assert totals["exposed_ms"] == pytest.approx(comm) and totals["overlap_pct"] == pytest.approx(0.0, abs=1e-9)
+    assert "its 40.00 ms scaled to C = 30.00 ms" in out
+
+
+def test_a_damaged_timeline_is_one_line(tmp_path, capsys):
+    run = summary()
+    param = {"index": 0, "name": "w", "numel": 1, "itemsize": 4, "ready_ms": -50}
+    run["backward_timeline"] = {
+        "forward_ms": 1.0,
+        "backward_ms": 2.0,
+        "samples": 2,
+        "time_source": "t",
+        "params": [param],
+    }
+    run_dir = write_run(tmp_path, "run", run)
+    usage_error(predict_cli.main, PROG, ["--alpha-us", "5", "--busbw-gbps", "5", "--run", str(run_dir)], capsys,
+                "--run: ", "backward_timeline.params[0].ready_ms is -50; expected a number >= 0")  # fmt: skip

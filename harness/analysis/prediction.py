@@ -42,8 +42,9 @@ ASSUMED_READY = (
     " backward; F = (1−b)·C forward, B = b·C backward, C = compute-only forward + backward)"
 )
 MEASURED_READY = (
-    "r_i = F + max ready time of bucket i's gradients   (MEASURED: the run's backward timeline, its calibration"
-    " steps; F its forward)"
+    "r_i = (F + max ready time of bucket i's gradients) × C / (F + B)   (MEASURED: the run's backward timeline, its"
+    " calibration steps, F its forward and B its backward there, scaled onto the compute-only C: a timeline step's"
+    " per-parameter stamps make it slower)"
 )
 FORMULAS = (
     "S_i = numel_i × bytes per element on the wire (4 for fp32 gradients, 2 with the fp16/bf16 hooks)",
