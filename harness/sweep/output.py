@@ -286,10 +286,13 @@ class SweepOutput(NullOutput):
                 continue
             self._json(record)
             beta, bus = record["beta_gbps"], record["beta_busbw_gbps"]
+            if math.isfinite(beta):
+                rate = f"beta = {beta:.3g} GB/s (busbw {bus:.3g} GB/s)"
+            else:  # the JSON record says null
+                rate = "no beta (the time did not grow with size over these sizes)"
             self.table.emit(
-                f"# Fit {placement}: time = alpha + S/beta, alpha = {record['alpha_us']:.2f} us, "
-                f"beta = {beta:.3g} GB/s (busbw {bus:.3g} GB/s), max error {100 * record['max_rel_error']:.0f}% "
-                f"over {record['points']} sizes"
+                f"# Fit {placement}: time = alpha + S/beta, alpha = {record['alpha_us']:.2f} us, {rate}, max error "
+                f"{100 * record['max_rel_error']:.0f}% over {record['points']} sizes"
             )
         for placement, reason in dict.fromkeys((r["placement"], r["skipped"]) for r in self.rows if r["skipped"]):
             self.table.emit(f"# Skipped {placement}: {reason}")
