@@ -236,6 +236,11 @@ def predict_from_args(args: argparse.Namespace) -> dict[str, Any]:
     sizes = [b["bytes"] for r in (result, result.get("efficiency") or {"buckets": []}) for b in r["buckets"]]
     warning = check_fit_range(network, sizes, args.extrapolate, args.sweep)
     result["warnings"] = [warning] if warning else []
+    if summary is not None and not summary["completed"]:
+        reason = summary.get("reason") or "no reason recorded"
+        result["warnings"].append(
+            f"--run {args.run!r} did not complete ({reason}): its figures are of the steps it ran"
+        )
     formulas = list(FORMULAS)
     if ready_ms is not None:
         formulas[formulas.index(ASSUMED_READY)] = MEASURED_READY

@@ -467,3 +467,14 @@ def test_a_damaged_timeline_is_one_line(tmp_path, capsys):
     run_dir = write_run(tmp_path, "run", run)
     usage_error(predict_cli.main, PROG, ["--alpha-us", "5", "--busbw-gbps", "5", "--run", str(run_dir)], capsys,
                 "--run: ", "backward_timeline.params[0].ready_ms is -50; expected a number >= 0")  # fmt: skip
+
+
+def test_a_run_that_did_not_complete_is_said(tmp_path, capsys):
+    run = {**summary(), "completed": False, "reason": "interrupted by SIGTERM at step 9"}
+    run_dir = write_run(tmp_path, "run", run)
+    code, out, err = in_process(
+        predict_cli.main, PROG, ["--alpha-us", "5", "--busbw-gbps", "5", "--run", str(run_dir)], capsys
+    )
+    assert code == 0
+    said = "did not complete (interrupted by SIGTERM at step 9): its figures are of the steps it ran"
+    assert said in err and said in out

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.common.metrics import busbw_factor
 from harness.common.names import MB
-from harness.common.numbers import is_finite
+from harness.common.numbers import is_finite, plural
 
 
 def _fmt(value: float | None, spec: str = ".3f") -> str:
@@ -26,10 +26,12 @@ def format_report(result: dict[str, Any]) -> str:
     net, t = result["network"], result["totals"]
     n = result["world_size"]
     lines = [
-        f"# harness.predict: {result['model']}, {t['buckets']} buckets ({result['layout']}), hook {result['hook']}, "
+        f"# harness.predict: {result['model']}, {plural(t['buckets'], 'bucket')} ({result['layout']}), hook "
+        f"{result['hook']}, "
         f"world size {n}",
         f"# network: {net['source']}",
-        f"# α = {net['alpha_us']:.2f} µs at {net['ref_world_size']} ranks, α({n}) = {net['alpha_at_world_size_us']:.2f}"
+        f"# α = {net['alpha_us']:.2f} µs at {plural(net['ref_world_size'], 'rank')}, α({n}) = "
+        f"{net['alpha_at_world_size_us']:.2f}"
         f" µs ({net['alpha_scaling']}); B_bus = {net['busbw_gbps']:.4g} GB/s",
     ]
     error = net.get("fit_max_rel_error")
