@@ -107,6 +107,13 @@ def test_an_output_that_is_stdout_is_a_usage_error(tmp_path):
     assert proc.returncode == 2, err
     assert err == f"{SWEEP}: error: --json '{out}' is the same file as stdout (the table); give each output its own\n"
     assert out.read_text() == ""
+    # '-' is not stdout here (the table is): it is refused, not written as a file named '-'.
+    env = {**train_env(), "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "harness.raw_sweep", "--json", "-"]
+    dash = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert dash.returncode == 2
+    assert dash.stderr == f"{SWEEP}: error: --json '-': stdout carries the table; give a file name\n"
+    assert not (tmp_path / "-").exists()
 
 
 # ---- a run's version directory is its own, even when two runs start in the same second ------------------
