@@ -118,9 +118,8 @@ def check_writable(path: str | None, option: str, directory: bool = False, creat
         return
     if not path.strip():
         raise UsageError(f"{option}: empty path")
-    if path == "-" and not (
-        directory or create
-    ):  # the commands print their tables on stdout: '-' would be a file of that name here
+    # The commands print their tables on stdout: '-' would be a file of that name here, not stdout.
+    if path == "-" and not (directory or create):
         raise UsageError(f"{option} '-': stdout carries the table; give a file name")
     if create:
         if os.path.exists(path) and not os.path.isdir(path):
