@@ -99,8 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     step.add_argument(
         "--backward-share",
         type=float,
-        default=DEFAULT_BACKWARD_SHARE,
-        help="share of --compute-ms spent in backward (default 2/3)",
+        help="share of --compute-ms spent in backward, where no run's timeline gives the ready times (default 2/3)",
     )
     parser.add_argument("--json", metavar="PATH", help="also write the prediction as one JSON object")
     return parser
@@ -171,7 +170,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--world-size must be at least 1, got {args.world_size}")
     if args.compute_ms is not None and not 0 <= args.compute_ms < math.inf:
         raise UsageError(f"--compute-ms must be >= 0 and finite, got {args.compute_ms}")
-    if not 0 <= args.backward_share <= 1:
+    if args.backward_share is not None and not 0 <= args.backward_share <= 1:
         raise UsageError(f"--backward-share must be between 0 and 1, got {args.backward_share}")
     if args.bucket_cap_mb is not None and not 0 < args.bucket_cap_mb <= MAX_BUCKET_CAP_MB:
         raise UsageError(
@@ -221,16 +220,21 @@ def predict_from_args(args: argparse.Namespace) -> dict[str, Any]:
         compute_ms, compute_source = run["compute_only_ms"], f"the run's compute-only step ({args.run})"
     other_ms = other_ms_of_run(run)  # the optimizer and the rest of a step; 0 without a run
     ready_ms, ready_note = measured_ready(summary, args.run, buckets, compute_ms) if summary else (None, "")
-    result = predict(buckets, network, world_size, hook, compute_ms, other_ms, args.backward_share, ready_ms)
+    if args.backward_share is not None and (compute_ms is None or ready_ms is not None):
+        # Where it would change nothing, a given share is a mistake about what predict does, not a no-op to hide.
+        raise UsageError(
+            "--backward-share places assumed ready times within --compute-ms: "
+            + ("give --compute-ms too" if compute_ms is None else "this run's measured timeline gives them")
+        )
+    share = DEFAULT_BACKWARD_SHARE if args.backward_share is None else args.backward_share
+    result = predict(buckets, network, world_size, hook, compute_ms, other_ms, share, ready_ms)
     result.update(model=model, layout=layout, compute_source=compute_source if compute_ms is not None else None)
     if summary is not None and run_hook in HOOKS:
         # Efficiency compares like with like: the run's own world size and hook, whatever is predicted above.
         if (world_size, hook) == (run_world, run_hook):
             add_efficiency(result, summary)
         else:
-            result["efficiency"] = predict(
-                buckets, network, run_world, run_hook, compute_ms, other_ms, args.backward_share, ready_ms
-            )
+            result["efficiency"] = predict(buckets, network, run_world, run_hook, compute_ms, other_ms, share, ready_ms)
             add_efficiency(result["efficiency"], summary)
         result["run"] = args.run
     sizes = [b["bytes"] for r in (result, result.get("efficiency") or {"buckets": []}) for b in r["buckets"]]

@@ -452,6 +452,8 @@ def test_measured_ready_times_are_scaled_onto_the_compute_only_step(tmp_path, ca
     assert totals["comm_ms"] == pytest.approx(comm)
     assert totals["exposed_ms"] == pytest.approx(comm) and totals["overlap_pct"] == pytest.approx(0.0, abs=1e-9)
     assert "its 40.00 ms scaled to C = 30.00 ms" in out
+    # An assumed backward share has nothing to place here: the timeline gives the ready times.
+    usage_error(predict_cli.main, PROG, [*args[:-2], "--backward-share", "0.5"], capsys, "measured timeline gives them")
 
 
 def test_a_damaged_timeline_is_one_line(tmp_path, capsys):
@@ -478,3 +480,12 @@ def test_a_run_that_did_not_complete_is_said(tmp_path, capsys):
     assert code == 0
     said = "did not complete (interrupted by SIGTERM at step 9): its figures are of the steps it ran"
     assert said in err and said in out
+
+
+def test_a_backward_share_that_would_change_nothing_is_refused(tmp_path, capsys):
+    """It places assumed ready times within a compute time: without one, or where a run's timeline gives the
+    ready times, it was silently ignored."""
+    net = ["--alpha-us", "5", "--busbw-gbps", "5", "--model", "resnet_tiny", "--world-size", "2"]
+    usage_error(predict_cli.main, PROG, [*net, "--backward-share", "0.5"], capsys, "give --compute-ms too")
+    code, out, _ = in_process(predict_cli.main, PROG, [*net, "--backward-share", "0.5", "--compute-ms", "30"], capsys)
+    assert code == 0 and "predicted exposed" in out
