@@ -627,7 +627,7 @@ def main() -> None:
                 elif name in PLAIN_VARIANTS:
                     row[name] = plain_ms(args, variants[name])
                 else:
-                    run_name = f"{name.replace('.', '_')}{pair}"
+                    run_name = f"{name.replace('.', '_').replace('/', '_')}{pair}"  # one directory
                     row[name] = train_ms(args, variants[name], Path(tmp), run_name, trees.get(name, REPO))
                 during = host_during_run(host.pop("_jiffies"))
                 row[name].update(host, **during, process_s=time.monotonic() - host.pop("_started"))

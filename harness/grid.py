@@ -68,31 +68,50 @@ def parse_list(flag: str, text: str, convert: type, example: str) -> list:
     return values
 
 
-# What the grid sets for each run itself: given again after --, the run's name and the table would disagree with
-# what it ran.
-GRID_OWNED = ("--model", "--logdir", "--run-name", "--bucket-cap-mb", "--comm-hook")
+# What the grid sets for each run itself (train.py's dest for each): given again after --, in any spelling argparse
+# takes, the run's name and the table would disagree with what it ran.
+GRID_OWNED = {"model": "--model", "logdir": "--logdir", "run_name": "--run-name", "bucket_cap_mb": "--bucket-cap-mb",
+              "comm_hook": "--comm-hook"}  # fmt: skip
 
 
-def check_train_args(model: str, logdir: Path, train_args: list[str]) -> None:
-    """The arguments after -- checked as train.py will check them, for one run of the grid, so that a mistake is
-    one line now rather than a failed run per configuration; and none of the grid's own."""
+def check_train_args(
+    model: str, logdir: Path, configs: list[dict[str, str]], train_args: list[str], resolve: bool
+) -> None:
+    """Each run's train.py command line checked as train.py will check it (with `resolve`, against this machine
+    too, as train.py started without a launcher sees it), so that a mistake is one line now rather than a failed
+    run per configuration; and none of the grid's own flags given again after --. Loads torch (the model)."""
     from harness.train.config import TrainConfig, build_parser
 
-    owned = [arg for arg in train_args if arg.split("=", 1)[0] in GRID_OWNED]
-    if owned:
-        raise UsageError(f"after --: {owned[0].split('=', 1)[0]} is the grid's to set; give it before --")
-    argv = ["--model", model, "--logdir", str(logdir), *train_args]
-    try:
-        TrainConfig(**vars(build_parser().parse_args(argv)))
-    except UsageError as err:
-        raise UsageError(f"after -- (train.py's arguments): {err}") from None
+    parser = build_parser()
+    for config in configs:
+        name = run_name(model, config)
+        own = ["--model", model, "--logdir", str(logdir), "--run-name", name, *itertools.chain(*config.items())]
+        try:
+            given, parsed = vars(parser.parse_args(own)), parser.parse_args([*own, *train_args])
+        except UsageError as err:
+            raise UsageError(f"after -- (train.py's arguments): {err}") from None
+        changed = [flag for dest, flag in GRID_OWNED.items() if getattr(parsed, dest) != given[dest]]
+        if changed:
+            raise UsageError(f"after --: {changed[0]} is the grid's to set; give it before --")
+        try:
+            checked = TrainConfig(**vars(parsed))
+            if resolve:
+                checked.resolve()
+        except UsageError as err:
+            raise UsageError(f"train.py would refuse run {name}: {err}") from None
 
 
 def check_baseline(baseline: str | None, names: list[str]) -> None:
-    """A --baseline that can name none of the grid's runs (compare takes a name, or a part of one) is a UsageError
-    now, not after the whole grid has run; a directory is left to compare."""
-    if baseline and not Path(baseline).is_dir() and not any(baseline in name for name in names):
+    """A --baseline that names none of the grid's runs, or several (compare takes a name, or a part of one that
+    only one name holds), is a UsageError now, not after the whole grid has run; a directory is left to compare."""
+    if not baseline or Path(baseline).is_dir():
+        return
+    query = baseline.rstrip("/")
+    matches = [name for name in names if query == name] or [name for name in names if query in name]
+    if not matches:
         raise UsageError(f"--baseline {baseline!r} matches none of the grid's runs: {', '.join(names)}")
+    if len(matches) > 1:
+        raise UsageError(f"--baseline {baseline!r} is ambiguous; it matches: {', '.join(matches)} (give one)")
 
 
 def parse_launcher(text: str) -> list[str]:
@@ -254,7 +273,6 @@ def main(argv: list[str] | None = None) -> int:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     logdir = Path(args.logdir or f"runs/sweep-{args.model}-{stamp}")
     launcher = parse_launcher(args.launcher)
-    check_train_args(args.model, logdir, args.train_args)
     configs = grid(caps, hooks)
     check_baseline(args.baseline, [run_name(args.model, config) for config in configs])
     earlier = find_runs([str(logdir)]) if logdir.is_dir() else []
@@ -263,11 +281,12 @@ def main(argv: list[str] | None = None) -> int:
             f"--logdir {str(logdir)!r} already holds {plural(len(earlier), 'run')}; give a new directory (python -m "
             "harness.compare shows runs of several directories side by side)"
         )
-    # An unknown model fails here, not once per configuration. The registry loads torch (seconds), so it is asked
-    # last and only here: the grid itself runs no model.
+    # An unknown model fails here, not once per configuration; then each run's arguments as train.py checks them.
+    # Both load torch (seconds), so they come last: the grid itself runs no model.
     from models import get_model_spec
 
     get_model_spec(args.model)
+    check_train_args(args.model, logdir, configs, args.train_args, resolve=not launcher)
     prepare_logdir(logdir)
     schedule = run_order(configs, args.repeat)
     signals = SignalLatch().install()  # not armed: a signal between runs is acted on before the next

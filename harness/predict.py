@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 def load_summary(run_dir: str) -> dict[str, Any]:
     """A --run's summary.json, which must hold measured buckets; a UsageError saying what is wrong otherwise."""
     path = Path(run_dir) / SUMMARY_FILE
-    if not os.path.lexists(run_dir):
+    if not os.path.exists(run_dir):  # a dangling link too
         raise UsageError(f"--run {run_dir!r} does not exist")
     if not os.path.isdir(run_dir):
         raise UsageError(

@@ -98,6 +98,10 @@ def test_sweep_runs_every_configuration_and_compares(tmp_path):
         (["--", "--max-steps", "-5"], "--max-steps must be a positive integer, got -5"),
         (["--", "--bucket-cap-mb=5"], "after --: --bucket-cap-mb is the grid's to set; give it before --"),
         (["--", "--model", "resnet18"], "after --: --model is the grid's to set"),
+        (["--", "--bucket", "5"], "after --: --bucket-cap-mb is the grid's to set"),  # argparse takes the prefix
+        (["--", "--logd", "/tmp/elsewhere"], "after --: --logdir is the grid's to set"),
+        (["--comm-hook", "fp16", "--", "--harness", "off"], "train.py would refuse run resnet50-bucket1-fp16: --comm"),
+        (["--baseline", "bucket1"], "--baseline 'bucket1' is ambiguous; it matches: resnet50-bucket1-allreduce, "),
     ],
 )
 def test_bad_grid_is_one_line_exit_2(args, flag, tmp_path):
@@ -111,6 +115,8 @@ def test_bad_grid_is_one_line_exit_2(args, flag, tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"{PROG}: error:") and flag in lines[0]
+    if args[:1] == ["--model"]:  # the grid's own option, not train.py's arguments
+        assert "after --" not in lines[0], lines[0]
 
 
 def test_old_name_still_runs_the_grid(tmp_path):
@@ -133,3 +139,14 @@ def test_a_logdir_that_holds_runs_is_refused_before_any_run(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "already holds 1 run; give a new directory" in proc.stderr
     assert not (tmp_path / "logs").exists()
+
+
+def test_mistakes_that_need_no_model_are_refused_before_torch_loads(tmp_path):
+    """torch (seconds to load) is for the model and train.py's own checks, which come last."""
+    code = (
+        "import sys\nfrom harness import grid\nfrom harness.common.cli import UsageError\n"
+        f"try:\n    grid.main(['--baseline', 'nomatch', '--logdir', {str(tmp_path)!r}])\n"
+        "except UsageError as err:\n    print('refused:', err)\nprint('torch' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.startswith("refused: --baseline 'nomatch' matches none") and proc.stdout.endswith("False\n")

@@ -23,8 +23,16 @@ def test_a_faster_pick_within_the_noise_says_faster():
 
 
 def test_a_slower_pick_says_slower_never_a_signed_change():
+    # One pick run (20.5) among the setting's: slower at the median, but not in every run, so not resolved.
+    line = verdict(setting("pick", [25.0, 20.5, 26.0]), setting("own", [20.0, 21.0, 19.0]))
+    assert line.startswith("not resolved: the pick measured 25.0 % slower than the run's setting, within the noise")
+    assert "+" not in line.split("(")[0]
+
+
+def test_a_pick_slower_in_every_run_lost():
+    # The same exact test the other way: every pick run above every run of the setting, p = 1/20.
     line = verdict(setting("pick", [25.0, 24.0, 26.0]), setting("own", [20.0, 21.0, 19.0]))
-    assert "the pick measured 25.0 % slower than the run's setting" in line and "+" not in line.split("(")[0]
+    assert line.startswith("the pick lost: it measured 25.0 % slower than the run's setting (permutation p = 0.050")
 
 
 def test_the_table_fits_its_longest_label():

@@ -129,9 +129,8 @@ def table(advice: Advice) -> list[str]:
     lines += [
         "# change: predicted step against the run's measured step p50; * the run's own buckets and hook; "
         "settings that build the same buckets share a line",
-        f"# comm ms: the model's collective time a step at the network used (an in-run fit is the lower envelope of "
-        f"the run's bucket times, so below their median{measured_comm}); step and exposed are what it predicts and "
-        "is validated on",
+        f"# comm ms: the model's collective time a step at the network used (a fit, not the run's bucket times"
+        f"{measured_comm}); step and exposed are what it predicts and is validated on",
     ]
     return lines
 

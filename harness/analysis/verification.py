@@ -66,6 +66,12 @@ def verdict(pick: Verified, current: Verified) -> str:
     )
     if p <= SIGNIFICANCE and gain > 0:
         return f"the pick beat the run's setting by {100 * gain:.1f} % (permutation p = {p:.3f}; {spread})"
+    p_slower = permutation_p(current.measured_step_ms, pick.measured_step_ms)  # the same test the other way
+    if p_slower <= SIGNIFICANCE and gain < 0:
+        return (
+            f"the pick lost: it measured {-100 * gain:.1f} % slower than the run's setting (permutation p = "
+            f"{p_slower:.3f}, the test the other way; {spread})"
+        )
     floor = 1 / len(list(itertools.combinations(range(len(pick.measured_step_ms) + len(current.measured_step_ms)),
                                                  len(pick.measured_step_ms))))  # fmt: skip
     more = " (more repeats can resolve it)" if floor > SIGNIFICANCE else ""
