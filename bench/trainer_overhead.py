@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from bench.ab import interleave, summarize, time_block
 from bench.plain_ddp import build_loop
-from harness.common.cli import OneLineParser, run_cli
+from harness.common.cli import OneLineParser, check_count, check_writable, run_cli
 from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
@@ -213,7 +213,14 @@ def main() -> None:
     parser.add_argument("--out", help="append the result as a JSON line to this file")
     parser.add_argument("--profile", help="profile one more harness round (not counted); statistics to this file")
     args = parser.parse_args()
-    cfg_probe = TrainConfig(accelerator="gpu" if args.device == "cuda" else "cpu", devices=1)
+    for option, value in (("--batch-size", args.batch_size), ("--image-size", args.image_size),
+                          ("--steps", args.steps), ("--rounds", args.rounds)):  # fmt: skip
+        check_count(option, value)
+    check_count("--warmup-steps", args.warmup_steps, least=0)
+    check_writable(args.out, "--out")
+    check_writable(args.profile, "--profile")
+    # harness off: the probe sets the environment and claims no run directory (it has no run name)
+    cfg_probe = TrainConfig(accelerator="gpu" if args.device == "cuda" else "cpu", devices=1, harness="off")
     prepare_process_env(cfg_probe)  # NVLS off, NCCL timing on, before any process group
     backend = "nccl" if args.device == "cuda" else "gloo"
     raise SystemExit(spawn_local(worker, 1, (args,), backend=backend))
