@@ -55,8 +55,9 @@ from typing import Any
 
 from harness import grid
 from harness.advise import config_of, measured_runs, measured_steps
+from harness.analysis.advice import ADVISOR_HOOKS
 from harness.analysis.step_model import Candidate, cap_candidate, default_candidate
-from harness.common.cli import OneLineParser, run_cli
+from harness.common.cli import OneLineParser, check_count, check_seconds, check_writable, run_cli
 from harness.common.dist_env import NVLS_OFF_ENV
 from harness.common.failures import SignalLatch
 
@@ -567,11 +568,24 @@ def main() -> None:
         parser.error("--switch joins namespace hosts: give their link's rate with --two-hosts RATE")
     if args.two_hosts and not args.switch and any(n != 2 for n in [args.nproc, *sizes]):
         parser.error("two hosts joined by one link run 2 ranks: other world sizes need --switch")
+    for option, value in (("--max-steps", args.max_steps), ("--repeat", args.repeat), ("--batch-size", args.batch_size),
+                          ("--image-size", args.image_size), ("--seq-len", args.seq_len)):  # fmt: skip
+        check_count(option, value)
+    check_count("--calibration-every", args.calibration_every, least=0)
+    check_seconds("--run-timeout", args.run_timeout)
+    if not (math.isfinite(args.two_hosts) and args.two_hosts >= 0):
+        parser.error(f"--two-hosts takes a link rate in Mbit/s above 0, not {args.two_hosts:g}")
+    # --caps "" --hooks "": no grid (the world sizes of --extrapolate alone).
+    caps = grid.parse_list("--caps", args.caps, float, "1,5,25") if args.caps.strip(", ") else []
+    if not all(math.isfinite(cap) and cap > 0 for cap in caps):
+        parser.error(f"--caps {args.caps!r}: every cap must be a positive number of MiB")
+    hooks = grid.parse_list("--hooks", args.hooks, str, "allreduce,fp16") if args.hooks.strip(", ") else []
+    if unknown := [hook for hook in hooks if hook not in ADVISOR_HOOKS]:
+        parser.error(f"--hooks {', '.join(unknown)}: the advisor models {', '.join(ADVISOR_HOOKS)}")
+    check_writable(args.out, "--out", directory=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sweep = run_sweep(args, out) if args.sweep else None
-    caps = [float(c) for c in args.caps.split(",") if c]
-    hooks = [h for h in args.hooks.split(",") if h]
     where = f"{args.nproc} ranks, loopback"
     if args.two_hosts:
         joined = "behind one switch, each link" if args.switch else "joined by a link of"

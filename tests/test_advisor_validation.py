@@ -186,3 +186,22 @@ def test_drop_drifted_judges_a_separate_base_run_against_the_grid_too(tmp_path):
     assert asked == [] and "the base run drifted (300.0 ms)" in lines[-1]
     lines = drifted_section(tmp_path / "grid", 25, verdict, base=fine_base)
     assert asked == [frozenset({grid_runs["3"]})] and lines[-1] == "the verdict"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--caps", "x"], "--caps 'x': every item must be a float"),
+        (["--caps", "nan"], "--caps 'nan': every cap must be a positive number of MiB"),
+        (["--hooks", "powersgd"], "--hooks powersgd: the advisor models allreduce, fp16, bf16"),
+        (["--repeat", "0"], "--repeat must be at least 1, got 0"),
+        (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+        (["--two-hosts", "nan"], "--two-hosts takes a link rate in Mbit/s above 0, not nan"),
+        (["--out", "/etc/passwd"], "--out: '/etc/passwd' is a file; give a directory"),
+    ],
+)
+def test_a_mistake_is_refused_before_the_base_run(args, says):
+    """Each was a traceback, or a base run of a minute before the mistake surfaced (or none at all)."""
+    cmd = [sys.executable, "-m", "bench.advisor_validation", *args]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr == f"python -m bench.advisor_validation: error: {says}\n", proc.stderr
