@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any
 
-from harness.common.cli import OneLineParser, run_cli
+from harness.common.cli import OneLineParser, check_count, check_seconds, run_cli
 
 SIZES = (2**18, 2**20, 2**22)  # 1, 4 and 16 MiB of fp32 gradients: resnet50's buckets at caps 1 to 25 MiB
 GAP_S = 0.002  # between codec calls, as between buckets
@@ -123,6 +123,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--load-s", type=float, default=5.0, help="seconds of backward alone, for its rate")
     args = parser.parse_args()
+    for option, value in (("--ranks", args.ranks), ("--threads", args.threads), ("--image-size", args.image_size),
+                          ("--batch-size", args.batch_size), ("--reps", args.reps)):  # fmt: skip
+        check_count(option, value)
+    check_seconds("--load-s", args.load_s)
     ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(args.ranks), ctx.Queue()
     procs = [ctx.Process(target=_rank, args=(r, args, barrier, results)) for r in range(args.ranks)]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench.exposed_ab import cpu_hog, run_loopback, summary_path, train_args
 from harness.common import tags
-from harness.common.cli import OneLineParser, run_cli
+from harness.common.cli import OneLineParser, check_count, check_seconds, check_writable, run_cli
 from harness.common.metrics import percentile
 from harness.train.exposure_estimate import estimate_exposure
 
@@ -115,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reanalyze", default="", help="a JSON Lines file of earlier runs: recompute, run nothing")
     parser.add_argument("--timeout", type=float, default=1200)
     args = parser.parse_args(argv)
+    for option, value in (("--runs", args.runs), ("--image-size", args.image_size), ("--batch-size", args.batch_size),
+                          ("--steps", args.steps)):  # fmt: skip
+        check_count(option, value)
+    check_seconds("--timeout", args.timeout)
+    check_writable(args.out or None, "--out")
     if args.reanalyze:
         records = [reanalyze(json.loads(text)) for text in Path(args.reanalyze).read_text().splitlines() if text]
         for i, rec in enumerate(records):

@@ -73,7 +73,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from bench.ab import interleave, paired_difference, summarize, time_block, time_block_threads
-from harness.common.cli import OneLineParser, run_cli
+from harness.common.cli import OneLineParser, check_count, check_writable, run_cli
 from harness.common.local_launch import spawn_local
 from harness.common.metrics import percentile
 from harness.common.run_info import run_info
@@ -441,6 +441,12 @@ def main() -> None:
     parser.add_argument("--profile-steps", type=int, default=0, help="then profile this many steps of each variant")
     parser.add_argument("--out", help="append the result as a JSON line to this file")
     args = parser.parse_args()
+    for option, value in (("--nproc", args.nproc), ("--batch-size", args.batch_size), ("--image-size", args.image_size),
+                          ("--steps-per-block", args.steps_per_block), ("--blocks", args.blocks)):  # fmt: skip
+        check_count(option, value)
+    check_count("--warmup-steps", args.warmup_steps, least=0)
+    check_count("--profile-steps", args.profile_steps, least=0)
+    check_writable(args.out, "--out")
     available = [name for name in VARIANTS if args.device == "cuda" or name not in GPU_ONLY]
     default = [name for name in available if name not in NAMED_ONLY]
     args.variants = [name for name in (args.variants or ",".join(default)).split(",") if name]

@@ -29,7 +29,7 @@ from harness.analysis.step_model import (
     predict_candidate,
     simulate,
 )
-from harness.common.cli import OneLineParser, run_cli
+from harness.common.cli import OneLineParser, check_count, run_cli
 
 
 def random_case(rng: random.Random, count: int) -> tuple[StepInputs, str, Network]:
@@ -59,6 +59,10 @@ def main() -> None:
     parser.add_argument("--min-params", type=int, default=4)
     parser.add_argument("--max-params", type=int, default=10)
     args = parser.parse_args()
+    check_count("--cases", args.cases)
+    check_count("--min-params", args.min_params)
+    if args.max_params < args.min_params:
+        parser.error(f"--max-params {args.max_params} is below --min-params {args.min_params}")
     if not 2 <= args.min_params <= args.max_params <= min(16, MAX_LIST_GROUPS):
         parser.error("need 2 <= --min-params <= --max-params <= 16 (every split is tried: 2^(n-1) of them)")
     rng = random.Random(args.seed)

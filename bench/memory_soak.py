@@ -21,7 +21,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from harness.common.cli import OneLineParser, run_cli
+from harness.common.cli import OneLineParser, check_count, check_writable, run_cli
 from harness.common.local_launch import spawn_local
 from harness.common.names import MB
 from harness.common.run_info import run_info
@@ -112,6 +112,10 @@ def main() -> int:
     parser.add_argument("--logdir", help="train.py's --logdir (default: a temporary directory)")
     parser.add_argument("--out", help="append the record as a JSON line to this file")
     args = parser.parse_args()
+    for option, value in (("--batch-size", args.batch_size), ("--every", args.every), ("--nproc", args.nproc)):
+        check_count(option, value)
+    check_count("--max-steps", args.max_steps, least=BASELINE_STEP + 1)  # growth is measured from BASELINE_STEP
+    check_writable(args.out, "--out")
     with tempfile.TemporaryDirectory(prefix="memory-soak-runs-") as tmp:
         train_args = ["--model", args.model, "--max-steps", str(args.max_steps), "--batch-size", str(args.batch_size)]
         train_args += ["--logdir", args.logdir or tmp]

@@ -79,3 +79,22 @@ def test_an_unknown_option_is_named_before_a_missing_argument(argv, says):
     with pytest.raises(UsageError) as refused:
         one_line_parser().parse_args(argv)
     assert str(refused.value) == says
+
+
+@pytest.mark.parametrize(
+    ("program", "args", "says"),
+    [
+        ("bench.memory_soak", ["--every", "0"], "--every must be at least 1, got 0"),
+        ("bench.memory_soak", ["--max-steps", "4"], "--max-steps must be at least 101, got 4"),
+        ("bench.exposure_coverage", ["--runs", "0"], "--runs must be at least 1, got 0"),
+        ("bench.exposure_coverage", ["--timeout", "nan"], "--timeout must be a positive number of seconds, got nan"),
+        ("bench.list_search", ["--cases", "0"], "--cases must be at least 1, got 0"),
+        ("bench.codec_contention", ["--threads", "0"], "--threads must be at least 1, got 0"),
+        ("bench.hook_overhead", ["--blocks", "0"], "--blocks must be at least 1, got 0"),
+        ("bench.hook_overhead", ["--out", "/nonexistent/x.jsonl"], "--out: directory '/nonexistent' does not exist"),
+    ],
+)
+def test_a_benchmark_refuses_a_count_or_output_it_cannot_use_before_it_runs(program, args, says):
+    """Each was a traceback, a hang (codec_contention's ranks), a result of nothing, or a run that failed at the end."""
+    proc = subprocess.run([sys.executable, "-m", program, *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr == f"python -m {program}: error: {says}\n", proc.stderr
