@@ -30,7 +30,7 @@ from pathlib import Path
 
 from harness.analysis.bucket_layout import layout_from_summary
 from harness.analysis.prediction import network_from_sweep, other_ms_of_run, predict
-from harness.common.cli import OneLineParser, run_cli
+from harness.common.cli import OneLineParser, check_count, check_writable, run_cli
 from harness.common.sweep_fits import load_fits
 from harness.predict import load_summary
 
@@ -172,7 +172,16 @@ def main() -> None:
     parser.add_argument("--max-bytes", default="32M", help="largest sweep size (cover the largest bucket)")
     parser.add_argument("--out", help="keep sweeps, runs and logs here (default: a temporary folder)")
     args = parser.parse_args()
-    sizes = [int(n) for n in args.world_sizes.split(",")]
+    try:
+        sizes = [int(n) for n in args.world_sizes.split(",")]
+    except ValueError:
+        parser.error(f"--world-sizes takes world sizes such as 2,3,4, not {args.world_sizes!r}")
+    if min(sizes) < 2:
+        parser.error("--world-sizes: 2 or more ranks each (nothing crosses a link at 1)")
+    for option, value in (("--image-size", args.image_size), ("--batch-size", args.batch_size),
+                          ("--max-steps", args.max_steps)):  # fmt: skip
+        check_count(option, value)
+    check_writable(args.out, "--out", directory=True)
     out = Path(args.out or tempfile.mkdtemp(prefix="predict_error-"))
     out.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now().isoformat(timespec="seconds")

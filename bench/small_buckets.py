@@ -13,6 +13,8 @@ and gloo's or the timed hook's: the built-in path has no Python hook at all.
 from __future__ import annotations
 
 import copy
+import math
+import os
 import statistics
 import time
 
@@ -21,7 +23,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
 
-from harness.common.cli import OneLineParser, run_cli
+from harness.common.cli import OneLineParser, UsageError, check_count, run_cli
 from models import get_model_spec
 
 PATHS = ("builtin", "python_hook", "none")
@@ -39,7 +41,17 @@ def build(model: torch.nn.Module, cap_mb: float | None, path: str) -> torch.nn.p
 
 
 def parse_caps(text: str) -> list[float | None]:
-    return [None if cap == "default" else float(cap) for cap in text.split(",")]
+    """'default,0.01,0.1' as caps in MiB (None: DDP's default); a UsageError for anything else."""
+    caps = []
+    for item in text.split(","):
+        try:
+            cap = None if item.strip() == "default" else float(item)
+        except ValueError:
+            raise UsageError(f"--caps {text!r}: each cap is a number of MiB or 'default'") from None
+        if cap is not None and not (math.isfinite(cap) and cap > 0):
+            raise UsageError(f"--caps {text!r}: each cap is a positive number of MiB or 'default'")
+        caps.append(cap)
+    return caps
 
 
 PROG = "python -m bench.small_buckets"
@@ -53,12 +65,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=5)
     args = parser.parse_args()
+    caps = parse_caps(args.caps)
+    check_count("--batch-size", args.batch_size)
+    check_count("--warmup", args.warmup, least=0)
+    check_count("--rounds", args.rounds, least=args.warmup + 1)  # the rounds after warm-up are the ones timed
+    if "RANK" not in os.environ:
+        parser.error("start it with torchrun: torchrun --standalone --nproc-per-node 2 -m bench.small_buckets")
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     spec = get_model_spec(args.model)
     model = spec.build()
     batch = spec.make_batch(args.batch_size, torch.device("cpu"), 0)
-    pairs = {(cap, path): build(model, cap, path) for cap in parse_caps(args.caps) for path in PATHS}
+    pairs = {(cap, path): build(model, cap, path) for cap in caps for path in PATHS}
     times: dict[tuple[float | None, str], list[float]] = {key: [] for key in pairs}
     for round_ in range(args.rounds):
         for key, ddp in pairs.items():

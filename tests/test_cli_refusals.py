@@ -92,9 +92,17 @@ def test_an_unknown_option_is_named_before_a_missing_argument(argv, says):
         ("bench.codec_contention", ["--threads", "0"], "--threads must be at least 1, got 0"),
         ("bench.hook_overhead", ["--blocks", "0"], "--blocks must be at least 1, got 0"),
         ("bench.hook_overhead", ["--out", "/nonexistent/x.jsonl"], "--out: directory '/nonexistent' does not exist"),
+        ("bench.small_buckets", ["--caps", "nan"], "--caps 'nan': each cap is a positive number of MiB or 'default'"),
+        (
+            "bench.small_buckets",
+            [],
+            "start it with torchrun: torchrun --standalone --nproc-per-node 2 -m bench.small_b",
+        ),
+        ("bench.predict_error", ["--world-sizes", "x"], "--world-sizes takes world sizes such as 2,3,4, not 'x'"),
     ],
 )
 def test_a_benchmark_refuses_a_count_or_output_it_cannot_use_before_it_runs(program, args, says):
     """Each was a traceback, a hang (codec_contention's ranks), a result of nothing, or a run that failed at the end."""
     proc = subprocess.run([sys.executable, "-m", program, *args], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and proc.stderr == f"python -m {program}: error: {says}\n", proc.stderr
+    assert proc.returncode == 2 and proc.stderr.startswith(f"python -m {program}: error: {says}"), proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
