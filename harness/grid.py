@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.analysis.comparison import build_rows
+from harness.analysis.comparison import build_rows, select_baseline
 from harness.analysis.comparison_tables import format_csv, format_markdown, format_text
 from harness.analysis.runs import find_runs, load_runs
 from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, run_cli
@@ -102,16 +102,10 @@ def check_train_args(
 
 
 def check_baseline(baseline: str | None, names: list[str]) -> None:
-    """A --baseline that names none of the grid's runs, or several (compare takes a name, or a part of one that
-    only one name holds), is a UsageError now, not after the whole grid has run; a directory is left to compare."""
-    if not baseline or Path(baseline).is_dir():
-        return
-    query = baseline.rstrip("/")
-    matches = [name for name in names if query == name] or [name for name in names if query in name]
-    if not matches:
-        raise UsageError(f"--baseline {baseline!r} matches none of the grid's runs: {', '.join(names)}")
-    if len(matches) > 1:
-        raise UsageError(f"--baseline {baseline!r} is ambiguous; it matches: {', '.join(matches)} (give one)")
+    """A --baseline that names none of the grid's runs, or several, is a UsageError now, by compare's own rule
+    (select_baseline), not after the whole grid has run; a directory is left to compare."""
+    if baseline and not Path(baseline).is_dir():
+        select_baseline(names, baseline)
 
 
 def parse_launcher(text: str) -> list[str]:

@@ -92,7 +92,7 @@ def test_sweep_runs_every_configuration_and_compares(tmp_path):
         (["--comm-hook", ","], "needs at least one value, e.g. --comm-hook allreduce,fp16"),
         (["--launcher", "nosuchlauncher -x"], "'nosuchlauncher' is not a program on PATH"),
         (["--launcher", 'torchrun "'], "No closing quotation"),
-        (["--baseline", "nosuch"], "matches none of the grid's runs: resnet50-bucket1-allreduce"),
+        (["--baseline", "nosuch"], "--baseline 'nosuch' matches no run; runs: resnet50-bucket1-allreduce, "),
         # train.py's arguments, checked as train.py checks them before any run (each run would fail alike)
         (["--", "--bogus"], "after -- (train.py's arguments): unrecognized arguments: --bogus"),
         (["--", "--max-steps", "-5"], "--max-steps must be a positive integer, got -5"),
@@ -149,4 +149,4 @@ def test_mistakes_that_need_no_model_are_refused_before_torch_loads(tmp_path):
         "except UsageError as err:\n    print('refused:', err)\nprint('torch' in sys.modules)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.stdout.startswith("refused: --baseline 'nomatch' matches none") and proc.stdout.endswith("False\n")
+    assert proc.stdout.startswith("refused: --baseline 'nomatch' matches no run") and proc.stdout.endswith("False\n")
