@@ -103,15 +103,7 @@ def table(advice: Advice) -> list[str]:
     for row in advice.rows:
         key = (row.candidate.hook, tuple(b.numel for b in row.buckets))
         merged.setdefault(key, ([], row))[0].append(row.candidate.label)
-    labelled = []
-    for labels, row in merged.values():
-        caps = [label.removesuffix(" MiB") for label in labels if label.endswith(" MiB")]
-        labelled.append(
-            (
-                ", ".join(([f"{'/'.join(caps)} MiB"] if caps else []) + [x for x in labels if not x.endswith(" MiB")]),
-                row,
-            )
-        )
+    labelled = [(joined_label(labels), row) for labels, row in merged.values()]
     width = max([len("setting"), *(len(label) for label, _ in labelled)])
     columns = f"{'hook':<9} {'buckets':>7} {'step ms':>9} {'exposed ms':>10} {'comm ms':>9} {'change':>8}"
     lines = [f"{'setting':<{width}} {columns}"]
@@ -133,6 +125,12 @@ def table(advice: Advice) -> list[str]:
         f"{measured_comm}); step and exposed are what it predicts and is validated on",
     ]
     return lines
+
+
+def joined_label(labels: list[str]) -> str:
+    """One table line's label for candidates that build the same buckets: '2/5/10 MiB, list of 2'."""
+    caps = [label.removesuffix(" MiB") for label in labels if label.endswith(" MiB")]
+    return ", ".join(([f"{'/'.join(caps)} MiB"] if caps else []) + [x for x in labels if not x.endswith(" MiB")])
 
 
 def change_pct(row: StepPrediction, advice: Advice) -> float:
