@@ -54,7 +54,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, check_writable, run_cli
+from harness.common.cli import (
+    DefaultsHelpFormatter,
+    OneLineParser,
+    UsageError,
+    check_count,
+    check_fresh,
+    check_positive,
+    check_seconds,
+    check_writable,
+    run_cli,
+)
 from harness.common.failures import Interrupted, SignalLatch, signal_name
 from harness.common.names import SUMMARY_FILE
 from tests.netns import Hosts, shaping_unavailable, two_hosts
@@ -435,19 +445,31 @@ def _conditions(text: str) -> list[Condition]:
     return [condition(name) for name in dict.fromkeys(names)]
 
 
+def run_name(cond: Condition, pair: int, hook: str) -> str:
+    """A run's name, which is also its --logdir's under the bench's root."""
+    return f"{cond.name}-p{pair}-{hook}"
+
+
+def check_train_args(argv: list[str], given: str) -> None:
+    """`argv`, train.py's arguments, checked by train.py's own parse and option checks (not yet against this
+    machine, which each run's launcher sets), so that an option it would refuse is one line now rather than a failed
+    first run; `given` is the bench option they came from. Loads torch (the model's check)."""
+    from harness.train.config import TrainConfig, build_parser
+
+    try:
+        TrainConfig(**vars(build_parser().parse_args(argv)))
+    except UsageError as err:
+        raise UsageError(f"{given}: train.py would refuse it: {err}") from None
+
+
 def _check(args: argparse.Namespace) -> tuple[list[Condition], list[str]]:
     conditions = _conditions(args.conditions)
-    for flag, value, least in (("--pairs", args.pairs, 1), ("--steps", args.steps, 10)):
-        if value < least:
-            raise UsageError(f"{flag} {value}: must be at least {least}")
-    if args.batch_size is not None and args.batch_size < 1:
-        raise UsageError(f"--batch-size {args.batch_size}: must be at least 1")
-    if args.image_size < 0:
-        raise UsageError(f"--image-size {args.image_size}: must be positive (0: the model's own)")
-    if not 0 < args.rate_mbit < float("inf"):
-        raise UsageError(f"--rate-mbit {args.rate_mbit}: must be a positive number")
-    if not 0 < args.timeout < float("inf"):
-        raise UsageError(f"--timeout {args.timeout}: must be a positive number of seconds")
+    check_count("--pairs", args.pairs)
+    check_count("--steps", args.steps, least=10)
+    check_count("--batch-size", args.batch_size)
+    check_count("--image-size", args.image_size, least=0)  # 0: the model's own
+    check_positive("--rate-mbit", args.rate_mbit, "Mbit/s")
+    check_seconds("--timeout", args.timeout)
     try:
         extra = shlex.split(args.train_args)
     except ValueError as err:
@@ -456,9 +478,18 @@ def _check(args: argparse.Namespace) -> tuple[list[Condition], list[str]]:
     clash = sorted({arg.split("=")[0] for arg in extra} & owned)
     if clash:
         raise UsageError(f"--train-args may not set {', '.join(clash)}: the bench sets them")
+    check_writable(args.out, "--out")
+    check_writable(args.logdir, "--logdir", directory=True)
+    names = [run_name(cond, pair, hook) for cond in conditions for pair in range(args.pairs) for hook in HOOKS]
+    check_fresh("--logdir", args.logdir, names)
+    # Both load torch (seconds), so they come after the checks that need nothing.
+    from models import get_model_spec
+
+    get_model_spec(args.model)
+    check_train_args(train_args(args.model, args.image_size or None, args.batch_size, args.steps, extra),
+                     f"--train-args {args.train_args!r}")  # fmt: skip
     if any(c.shaped for c in conditions) and (why := shaping_unavailable()) is not None:
         raise UsageError(f"the shaped conditions need network namespaces and tc: {why}")
-    check_writable(args.out, "--out")
     check_writable(args.logdir, "--logdir", directory=True, create=args.logdir is not None)
     return conditions, extra
 
@@ -495,7 +526,7 @@ class Bench:
 
     def run(self, cond: Condition, hosts: Hosts | None, pair: int, hook: str) -> dict:
         """One train.py run in a fresh --logdir; its numbers, also written to --out and stderr at once."""
-        name = f"{cond.name}-p{pair}-{hook}"
+        name = run_name(cond, pair, hook)
         logdir = self.root / name
         logdir.mkdir(parents=True)
         started = time.monotonic()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -28,7 +29,16 @@ import time
 from pathlib import Path
 
 from harness.analysis.bucket_layout import model_bucket_layout
-from harness.common.cli import DefaultsHelpFormatter, OneLineParser, UsageError, check_writable, run_cli
+from harness.common.cli import (
+    DefaultsHelpFormatter,
+    OneLineParser,
+    UsageError,
+    check_count,
+    check_fresh,
+    check_positive,
+    check_writable,
+    run_cli,
+)
 from harness.common.names import HOOK_NAMES, SUMMARY_FILE
 from tests.netns import shaping_unavailable, two_hosts
 from tests.two_host_train import MASTER_PORT, run_on_hosts, train_on_hosts
@@ -59,12 +69,20 @@ def parse_settings(text: str) -> list[tuple[float | None, str]]:
         if hook not in HOOK_NAMES:
             raise UsageError(f"--settings {item!r}: the hook must be one of {', '.join(HOOK_NAMES)}")
         try:
-            settings.append((None if cap == "default" else float(cap), hook))
+            cap_mb = None if cap == "default" else float(cap)
         except ValueError:
             raise UsageError(f"--settings {item!r}: the cap must be a number of MiB or 'default'") from None
+        if cap_mb is not None and not (math.isfinite(cap_mb) and cap_mb > 0):
+            raise UsageError(f"--settings {item!r}: the cap must be a positive number of MiB or 'default'")
+        settings.append((cap_mb, hook))
     if not settings:
         raise UsageError("--settings: give at least one CAP:HOOK")
     return settings
+
+
+def run_dir_name(repeat: int, index: int) -> str:
+    """The --logdir of a run, under the bench's root: repeat `repeat` of the setting at `index` in --settings."""
+    return f"r{repeat}s{index}"
 
 
 def sweep(hosts, port: int) -> list[dict]:
@@ -138,11 +156,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = parse_settings(args.settings)
-    if args.steps < 10 or args.repeats < 1 or not args.rate_mbit > 0:
-        raise UsageError("--steps must be at least 10, --repeats at least 1, --rate-mbit positive")
+    check_count("--steps", args.steps, least=10)
+    check_count("--repeats", args.repeats)
+    check_positive("--rate-mbit", args.rate_mbit, "Mbit/s")
+    check_writable(args.out, "--out")
+    check_writable(args.logdir, "--logdir", directory=True)
+    check_fresh(
+        "--logdir", args.logdir, [run_dir_name(r, i) for r in range(args.repeats) for i in range(len(settings))]
+    )
     if (why := shaping_unavailable()) is not None:
         raise UsageError(f"needs network namespaces and tc: {why}")
-    check_writable(args.out, "--out")
     check_writable(args.logdir, "--logdir", directory=True, create=args.logdir is not None)
     port = MASTER_PORT
     with two_hosts("hxka", rate_mbit=args.rate_mbit) as hosts, contextlib.ExitStack() as stack:
@@ -158,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         for repeat in range(args.repeats):
             for index, (cap, hook) in enumerate(settings):
                 port += 1  # a port of its own: the last run's may still be in TIME_WAIT
-                logdir = Path(root) / f"r{repeat}s{index}"
+                logdir = Path(root) / run_dir_name(repeat, index)
                 procs, run_dir = train_on_hosts(hosts, train_args(cap, hook, args.steps), logdir, port, RUN_TIMEOUT_S)
                 if any(p.returncode != 0 for p in procs) or run_dir is None:
                     print(f"{PROG}: error: {cap}:{hook} failed: {procs[0].stderr[-2000:]}", file=sys.stderr)

@@ -94,6 +94,22 @@ def test_an_unknown_option_is_named_before_a_missing_argument(argv, says):
         ("bench.hook_overhead", ["--out", "/nonexistent/x.jsonl"], "--out: directory '/nonexistent' does not exist"),
         ("bench.small_buckets", ["--caps", "nan"], "--caps 'nan': each cap is a positive number of MiB or 'default'"),
         (
+            "bench.exposed_ab",
+            ["--conditions", "loopback-quiet", "--model", "bogus"],
+            "unknown model 'bogus' for --model",
+        ),
+        (
+            "bench.exposed_ab",
+            ["--conditions", "loopback-quiet", "--train-args=--bucket-cap-mb=-1"],
+            "--train-args '--bucket-cap-mb=-1': train.py would refuse it: --bucket-cap-mb must be a positive number",
+        ),
+        (
+            "bench.known_answer",
+            ["--settings", "nan:fp16"],
+            "--settings 'nan:fp16': the cap must be a positive number of MiB or 'default'",
+        ),
+        ("bench.known_answer", ["--rate-mbit", "inf"], "--rate-mbit must be a positive number of Mbit/s, got inf"),
+        (
             "bench.small_buckets",
             [],
             "start it with torchrun: torchrun --standalone --nproc-per-node 2 -m bench.small_b",
@@ -106,3 +122,24 @@ def test_a_benchmark_refuses_a_count_or_output_it_cannot_use_before_it_runs(prog
     proc = subprocess.run([sys.executable, "-m", program, *args], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.startswith(f"python -m {program}: error: {says}"), proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("program", "args", "entry"),
+    [
+        ("bench.exposed_ab", ["--conditions", "loopback-quiet"], "loopback-quiet-p0-allreduce"),
+        ("bench.known_answer", ["--settings", "1:fp16", "--no-sweep"], "r0s0"),
+    ],
+)
+def test_a_benchmark_refuses_a_logdir_that_holds_an_earlier_run(tmp_path, program, args, entry):
+    """Its first run would fail on the folder already there (exposed_ab), or end by finding two runs' summaries in
+    one folder (known_answer)."""
+    earlier = tmp_path / entry / "run" / "v0"
+    earlier.mkdir(parents=True)
+    (earlier / "summary.json").write_text("{}")
+    proc = subprocess.run(
+        [sys.executable, "-m", program, *args, "--logdir", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    says = f"--logdir {str(tmp_path)!r} already holds {entry} from an earlier run; give a new directory"
+    assert proc.returncode == 2 and proc.stderr == f"python -m {program}: error: {says}\n", proc.stderr

@@ -210,3 +210,21 @@ def check_distinct_outputs(outputs: dict[str, str | None], inputs: Iterable[str 
         if identity in sources:
             raise UsageError(f"{option} {path!r} is an input file ({sources[identity]}); writing would destroy it")
         seen[identity] = f"{option} {path!r}"
+
+
+def check_positive(option: str, value: float, unit: str) -> None:
+    """A UsageError unless `value` is a positive, finite number of `unit` (a rate, a size; check_seconds is this
+    for a time)."""
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{option} must be a positive number of {unit}, got {value:g}")
+
+
+def check_fresh(option: str, root: str | None, names: Iterable[str]) -> None:
+    """A UsageError when the folder `root` (None: a temporary one, fresh by making) already holds one of `names`,
+    the entries a run of the command makes there: the run would fail on reaching it, or take the earlier run's
+    files for its own."""
+    if root is None:
+        return
+    taken = [name for name in names if os.path.lexists(os.path.join(root, name))]
+    if taken:
+        raise UsageError(f"{option} {root!r} already holds {taken[0]} from an earlier run; give a new directory")
