@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -39,9 +40,18 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench.exposed_ab import check_train_args
 from bench.vs_plain import VARIANTS as PAIR_VARIANTS
 from bench.vs_plain import train_window
-from harness.common.cli import OneLineParser, run_cli
+from harness.common.cli import (
+    OneLineParser,
+    UsageError,
+    check_count,
+    check_port,
+    check_seconds,
+    check_writable,
+    run_cli,
+)
 from harness.common.dist_env import lone_rank_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -144,14 +154,17 @@ def attribute(raw: Path, rate: int, steps: float) -> dict:
     }
 
 
+def train_args(args: argparse.Namespace, name: str, extra: list[str], out: Path) -> list[str]:
+    """train.py's arguments for variant `name` (its own `extra` ones after --train-args)."""
+    train = ["--model", args.model, "--batch-size", str(args.batch_size), "--max-steps", str(args.steps),
+             "--logdir", str(out / "runs"), "--run-name", name, *args.train_args, *extra]  # fmt: skip
+    return train + (["--image-size", str(args.image_size)] if args.image_size else [])
+
+
 def profile(args: argparse.Namespace, name: str, extra: list[str], out: Path) -> dict:
     raw = out / f"{name}.txt"
     env = {**os.environ, **lone_rank_env(args.port, run_id=name)}
-    train = [sys.executable, "train.py", "--model", args.model, "--batch-size", str(args.batch_size),
-             "--max-steps", str(args.steps), "--logdir", str(out / "runs"), "--run-name", name,
-             *args.train_args, *extra]  # fmt: skip
-    if args.image_size:
-        train += ["--image-size", str(args.image_size)]
+    train = [sys.executable, "train.py", *train_args(args, name, extra, out)]
     # --native pauses the process at each sample to unwind its C stacks (py-spy cannot do both): fewer samples.
     how = ["--native", "--idle"] if args.native else ["--nonblocking"]  # --idle: a thread waiting for the GIL too
     record = [args.py_spy, "record", "--threads", *how, "--rate", str(args.rate), "--format", "raw", "-o", str(raw)]
@@ -267,17 +280,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="", help="keep the raw stacks and a JSON line per variant here")
     args = parser.parse_args(argv)
     args.train_args = args.train_args.split()
-    args.py_spy = shutil.which("py-spy")
-    if args.py_spy is None:
-        parser.error("py-spy is not installed (pip install py-spy)")
     names = args.variants.split(",")
     for name in names:
         if name not in VARIANTS:
             parser.error(f"--variants: {name!r} is not known; choose from: {', '.join(VARIANTS)}")
-    for flag, value, least in (("--steps", args.steps, 1), ("--rate", args.rate, 1), ("--duration", args.duration, 1),
-                               ("--attach-after", args.attach_after, 0)):  # fmt: skip
-        if value < least:
-            parser.error(f"{flag} must be at least {least}, got {value}")
+    for option, value in (("--batch-size", args.batch_size), ("--steps", args.steps), ("--rate", args.rate),
+                          ("--duration", args.duration)):  # fmt: skip
+        check_count(option, value)
+    check_count("--image-size", args.image_size, least=0)  # 0: the model's default
+    if not (math.isfinite(args.attach_after) and args.attach_after >= 0):
+        raise UsageError(f"--attach-after must be 0 (the whole run) or a number of seconds, got {args.attach_after:g}")
+    check_seconds("--timeout", args.timeout)
+    check_port("--port", args.port)
+    check_writable(args.out or None, "--out", directory=True)
+    from models import get_model_spec  # loads torch (seconds): after the checks that need nothing
+
+    get_model_spec(args.model)
+    given = f"--train-args {' '.join(args.train_args)!r}"
+    for name in names:  # the folder is a stand-in: train.py's option checks do not look at it
+        check_train_args(train_args(args, name, VARIANTS[name], Path(args.out or ".")), f"{given} (variant {name})")
+    args.py_spy = shutil.which("py-spy")
+    if args.py_spy is None:
+        parser.error("py-spy is not installed (pip install py-spy)")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="host_profile-"))
     out.mkdir(parents=True, exist_ok=True)
     for name in names:

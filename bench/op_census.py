@@ -39,8 +39,18 @@ from pathlib import Path
 from typing import Any
 
 from bench.vs_plain import PLAIN_VARIANTS, VARIANTS, common_args
-from harness.common.cli import OneLineParser, UsageError, run_cli
+from harness.analysis.checked import BadFile, read_json_object
+from harness.common.cli import (
+    OneLineParser,
+    UsageError,
+    check_count,
+    check_port,
+    check_seconds,
+    check_writable,
+    run_cli,
+)
 from harness.common.dist_env import apply_safe_nccl_env, lone_rank_env
+from harness.common.numbers import is_number
 
 REPO = Path(__file__).resolve().parent.parent
 PROG = "python -m bench.op_census"
@@ -260,6 +270,26 @@ def report(results: list[dict[str, Any]], top: int = 15) -> str:
     return "\n".join(lines)
 
 
+def read_census(path: Path) -> dict[str, Any]:
+    """One variant's census as --out keeps it (run_variant's JSON); a UsageError naming the field where the file is
+    not one."""
+    try:
+        census = read_json_object(path)
+        census.text("variant", required=True)
+        for key in ("start", "steps"):
+            census.number(key, integer=True, minimum=1, required=True)
+        census.number("wall_ms_per_step", minimum=0, required=True)
+        threads = census.section("threads", required=True)
+        for label in threads.data:
+            calls = threads.section(label, required=True)
+            for name, counted in calls.data.items():  # [calls per step, µs per step]
+                if not (isinstance(counted, list) and len(counted) == 2 and all(is_number(v) for v in counted)):
+                    raise calls.fail(name, "[calls per step, µs per step]")
+    except BadFile as err:
+        raise UsageError(f"--report: {err}") from None
+    return census.data
+
+
 def main() -> None:
     parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet50")
@@ -276,18 +306,21 @@ def main() -> None:
     parser.add_argument("--report", nargs="+", type=Path, metavar="JSON", help="run nothing: print these censuses")
     args = parser.parse_args()
     if args.report:
-        try:
-            results = [json.loads(path.read_text()) for path in args.report]
-        except (OSError, ValueError) as err:
-            raise UsageError(f"--report: {err}") from None
-        print(report(results))
+        print(report([read_census(path) for path in args.report]))
         return
     names = [name for name in args.variants.split(",") if name]
     unknown = [name for name in names if name not in PROGRAMS]
     if unknown or not names:
         raise UsageError(f"--variants: {', '.join(unknown) or 'none given'}; choose from: {', '.join(PROGRAMS)}")
-    if args.start < 1 or args.steps < 1:
-        raise UsageError("--start and --steps must be at least 1")
+    for option, value in (("--batch-size", args.batch_size), ("--image-size", args.image_size),
+                          ("--start", args.start), ("--steps", args.steps)):  # fmt: skip
+        check_count(option, value)
+    check_seconds("--timeout", args.timeout)
+    check_port("--port", args.port)
+    check_writable(None if args.out is None else str(args.out), "--out", directory=True)
+    from models import get_model_spec  # loads torch (seconds): last
+
+    get_model_spec(args.model)
     apply_safe_nccl_env()  # NVLink multicast off in the children too (they inherit this environment)
     with tempfile.TemporaryDirectory() as scratch:
         out = args.out or Path(scratch)

@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from bench.op_census import Window, differences, report
+from bench.op_census import Window, differences, read_census, report
+from harness.common.cli import UsageError
 from tests.train_runs import REPO
 
 
@@ -67,7 +68,7 @@ def test_a_step_with_one_more_operator_differs_by_exactly_that_one(tmp_path):
     ("args", "message"),
     [
         (["--variants", "plain,nope"], "--variants: nope; choose from: plain"),
-        (["--steps", "0"], "--start and --steps must be at least 1"),
+        (["--steps", "0"], "--steps must be at least 1, got 0"),
         (["--report", "/nonexistent/census.json"], "--report: "),
     ],
 )
@@ -78,3 +79,34 @@ def test_mistakes_are_one_line(args, message):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and lines[0].startswith("python -m bench.op_census: error: ") and message in lines[0]
+
+
+def test_report_reads_back_a_census_as_out_keeps_it(tmp_path):
+    census = profiled_census(tmp_path, "mlp", extra_relu=False)
+    kept = tmp_path / "kept.json"
+    kept.write_text(json.dumps(census))
+    assert read_census(kept) == census
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[]", "holds a list; expected a JSON object"),
+        ('{"start": 2, "steps": 3, "wall_ms_per_step": 1.0, "threads": {}}', "variant is missing; expected a string"),
+        (
+            '{"variant": "a", "start": 2, "steps": 3, "wall_ms_per_step": 1.0}',
+            "threads is missing; expected a JSON object",
+        ),
+        (
+            '{"variant": "a", "start": 2, "steps": 3, "wall_ms_per_step": 1.0, "threads": {"main": {"aten::add": 1}}}',
+            "threads.main.aten::add is 1; expected [calls per step, µs per step]",
+        ),
+    ],
+)
+def test_report_refuses_a_file_that_is_not_a_census_in_one_line(tmp_path, text, says):
+    """Each was a KeyError or TypeError traceback in the table."""
+    path = tmp_path / "census.json"
+    path.write_text(text)
+    with pytest.raises(UsageError) as refused:
+        read_census(path)
+    assert str(refused.value) == f"--report: {path}{'' if text == '[]' else ':'} {says}"

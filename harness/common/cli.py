@@ -219,6 +219,13 @@ def check_positive(option: str, value: float, unit: str) -> None:
         raise UsageError(f"{option} must be a positive number of {unit}, got {value:g}")
 
 
+def check_port(option: str, value: int) -> None:
+    """A UsageError unless `value` is a TCP port number, 0 to 65535 (0: the system picks a free one, which only a
+    lone rank can use, as no other rank learns it)."""
+    if not 0 <= value <= 65535:
+        raise UsageError(f"{option} must be a TCP port, 0 to 65535, got {value}")
+
+
 def check_fresh(option: str, root: str | None, names: Iterable[str]) -> None:
     """A UsageError when the folder `root` (None: a temporary one, fresh by making) already holds one of `names`,
     the entries a run of the command makes there: the run would fail on reaching it, or take the earlier run's
