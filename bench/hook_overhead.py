@@ -458,7 +458,14 @@ def main() -> None:
         parser.error(
             f"--variants: {', '.join(unknown) or 'none given'}; on {args.device} choose from {', '.join(available)}"
         )
+    get_model_spec(args.model)  # here, not as a traceback in every worker
     nproc = args.nproc or (1 if args.device == "cuda" else 2)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA GPU here; use --device cpu")
+    if args.device == "cuda" and nproc > torch.cuda.device_count():
+        parser.error(
+            f"--device cuda: --nproc {nproc} needs a GPU per process; this host has {torch.cuda.device_count()}"
+        )
     backend = "nccl" if args.device == "cuda" else "gloo"
     raise SystemExit(spawn_local(worker, nproc, (args,), backend=backend))
 

@@ -125,6 +125,7 @@ def test_an_unknown_option_is_named_before_a_missing_argument(argv, says):
             ["--train-args=--bogus"],
             "--train-args '--bogus' (variant shipped): train.py would refuse it: unrecognized arguments: --bogus",
         ),
+        ("bench.hook_overhead", ["--model", "bogus"], "unknown model 'bogus' for --model"),
         (
             "bench.small_buckets",
             [],

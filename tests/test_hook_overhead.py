@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from bench.hook_overhead import change_codec_stamps
 from harness.train.stamps import StepStamps
@@ -60,3 +61,18 @@ def test_the_comm_hook_path_split_runs_on_two_gloo_ranks_and_pairs_its_rounds():
     assert "cpp_hook_hook_host_ms_per_step_p50" not in record  # C++ throughout: no Python call to time
     for key in ("cpp_hook_minus_plain_ms", "torch_hook_minus_cpp_hook_ms"):
         assert key in record
+
+
+def test_device_cuda_is_refused_before_any_worker_starts_where_a_process_would_have_no_gpu():
+    """Each worker failed on its own, a traceback apiece (no GPU here), or raced for too few GPUs."""
+    nproc = torch.cuda.device_count() + 1
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.hook_overhead", "--device", "cuda", "--nproc", str(nproc)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    says = (
+        f"--device cuda: --nproc {nproc} needs a GPU per process; this host has {nproc - 1}"
+        if torch.cuda.is_available()
+        else "--device cuda: torch sees no CUDA GPU here; use --device cpu"
+    )
+    assert proc.returncode == 2 and proc.stderr == f"python -m bench.hook_overhead: error: {says}\n", proc.stderr
