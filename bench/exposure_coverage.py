@@ -17,13 +17,15 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.exposed_ab import cpu_hog, run_loopback, summary_path, train_args
+from bench.exposed_ab import RunFailed, check_train_args, cpu_hog, run_loopback, summary_path, train_args
+from harness.analysis.checked import BadFile, Fields, read_regular
 from harness.common import tags
-from harness.common.cli import OneLineParser, check_count, check_seconds, check_writable, run_cli
+from harness.common.cli import OneLineParser, UsageError, check_count, check_seconds, check_writable, run_cli
 from harness.common.metrics import percentile
 from harness.train.exposure_estimate import estimate_exposure
 
@@ -63,6 +65,46 @@ def record(summary: dict, run_dir: Path, seconds: float) -> dict:
         "fwd_bwd_ms": fwd_bwd,
         "calibration": samples,
     }
+
+
+def _numbers(values: object) -> bool:
+    """A list of JSON numbers (NaN among them: the estimator drops a step or sample without a time)."""
+    return isinstance(values, list) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def parse_record(text: str, where: str) -> dict:
+    """One line of a --out file as a run's record (what `reanalyze` and `line` read of it); a BadFile naming the
+    field where it is not one."""
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise BadFile(f"{where} is not JSON ({err})") from None
+    rec = Fields(value, where)
+    for key in ("step_ms_p50", "seconds"):
+        rec.number(key, minimum=0, required=True)
+    for key in ("steps", "fwd_bwd_ms"):
+        if not _numbers(rec.data.get(key)):
+            raise rec.fail(key, "a list of numbers")
+    if len(rec.data["steps"]) != len(rec.data["fwd_bwd_ms"]):
+        raise BadFile(f"{where}: steps and fwd_bwd_ms differ in length; expected one forward + backward a step")
+    calibration = rec.data.get("calibration")
+    if not (isinstance(calibration, list) and all(_numbers(sample) and len(sample) == 2 for sample in calibration)):
+        raise rec.fail("calibration", "a list of [step, ms] pairs")
+    return rec.data
+
+
+def read_records(path: str) -> list[dict]:
+    """The runs in a --out file, one record a line (blank lines skipped); a UsageError naming the file, line and
+    field where the file cannot be read, is not such a one, or holds none."""
+    try:
+        text = read_regular(path).decode("utf-8", errors="replace")  # a byte that is not UTF-8 fails its line
+        numbered = enumerate(text.splitlines(), 1)
+        records = [parse_record(rec, f"{path} line {number}") for number, rec in numbered if rec.strip()]
+    except BadFile as err:
+        raise UsageError(f"--reanalyze: {err}") from None
+    if not records:
+        raise UsageError(f"--reanalyze: {path} holds no runs; expected one JSON line per run, as --out writes them")
+    return records
 
 
 def reanalyze(rec: dict) -> dict:
@@ -121,20 +163,28 @@ def main(argv: list[str] | None = None) -> int:
     check_seconds("--timeout", args.timeout)
     check_writable(args.out or None, "--out")
     if args.reanalyze:
-        records = [reanalyze(json.loads(text)) for text in Path(args.reanalyze).read_text().splitlines() if text]
+        records = [reanalyze(rec) for rec in read_records(args.reanalyze)]
         for i, rec in enumerate(records):
             print(line(i, rec))
         print(report(records))
         return 0
     base = train_args(args.model, args.image_size, args.batch_size, args.steps, args.train_args.split())
     base.append("--no-progress-bar")
+    from models import get_model_spec  # both load torch (seconds): after the checks that need nothing
+
+    get_model_spec(args.model)
+    check_train_args(base, f"--train-args {args.train_args!r}")
     logdir = Path(tempfile.mkdtemp(prefix="coverage-"))
     records = []
     for i in range(args.runs):
         name = f"noop{i}"
         start = time.monotonic()
-        with cpu_hog() if args.hog else contextlib.nullcontext():
-            summary = run_loopback(base, "noop", logdir, name, args.timeout)
+        try:
+            with cpu_hog() if args.hog else contextlib.nullcontext():
+                summary = run_loopback(base, "noop", logdir, name, args.timeout)
+        except RunFailed as err:  # as bench.exposed_ab reports one; the runs before it are in --out already
+            print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
+            return 1
         rec = record(summary, summary_path(logdir, name).parent, time.monotonic() - start)
         records.append(rec)
         if args.out:

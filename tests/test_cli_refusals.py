@@ -126,6 +126,12 @@ def test_an_unknown_option_is_named_before_a_missing_argument(argv, says):
             "--train-args '--bogus' (variant shipped): train.py would refuse it: unrecognized arguments: --bogus",
         ),
         ("bench.hook_overhead", ["--model", "bogus"], "unknown model 'bogus' for --model"),
+        ("bench.exposure_coverage", ["--model", "bogus"], "unknown model 'bogus' for --model"),
+        (
+            "bench.exposure_coverage",
+            ["--train-args=--bucket-cap-mb=0"],
+            "--train-args '--bucket-cap-mb=0': train.py would refuse it: --bucket-cap-mb must be a positive number",
+        ),
         (
             "bench.small_buckets",
             [],
