@@ -454,10 +454,10 @@ def check_train_args(argv: list[str], given: str) -> None:
     """`argv`, train.py's arguments, checked by train.py's own parse and option checks (not yet against this
     machine, which each run's launcher sets), so that an option it would refuse is one line now rather than a failed
     first run; `given` is the bench option they came from. Loads torch (the model's check)."""
-    from harness.train.config import TrainConfig, build_parser
+    from harness.train.config import parse_config
 
     try:
-        TrainConfig(**vars(build_parser().parse_args(argv)))
+        parse_config(argv, resolve=False)
     except UsageError as err:
         raise UsageError(f"{given}: train.py would refuse it: {err}") from None
 

@@ -564,7 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_config(argv: list[str] | None = None) -> TrainConfig:
-    """Parse the command line into a checked, resolved TrainConfig (raises UsageError on a bad value)."""
-    args = build_parser().parse_args(argv)
-    return TrainConfig(**vars(args)).resolve()
+def parse_config(argv: list[str] | None = None, resolve: bool = True) -> TrainConfig:
+    """Parse the command line into a checked TrainConfig (raises UsageError on a bad value), resolved against this
+    machine as train.py started here without a launcher sees it; `resolve=False` for a command line that another
+    machine or a launcher's ranks will run, whose devices this one cannot judge."""
+    config = TrainConfig(**vars(build_parser().parse_args(argv)))
+    return config.resolve() if resolve else config
