@@ -34,7 +34,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from harness.common.cli import OneLineParser, run_cli
+from harness.common.cli import OneLineParser, check_count, check_torchrun, run_cli
 from harness.common.dist_env import apply_safe_nccl_env
 from harness.common.thread_cpu import WAITS_KEY, read_clocks, window_times
 from harness.train.zero_grads import GradientZeroing
@@ -100,6 +100,16 @@ def build_loop(
     return PlainLoop(ddp, opt, spec.loss, batch, cuda)
 
 
+def check_model(model_name: str, batch_size: int, image_size: int | None) -> None:
+    """A UsageError for what build_loop would refuse in every rank, after the process group: an unknown model, a
+    batch below 1, an image size the model cannot take."""
+    check_count("--batch-size", batch_size)
+    check_count("--image-size", image_size)
+    spec = get_model_spec(model_name)  # a UsageError listing the names
+    if spec.kind == "image" and image_size is not None:
+        spec.resolve_image_size(image_size)
+
+
 def start_rank() -> torch.device:
     """This torchrun rank's device (its local GPU, else the CPU) with cudnn.benchmark on the GPU, and its process
     group (NCCL, else gloo), with NVLink multicast off as train.py runs."""
@@ -154,6 +164,8 @@ def main() -> None:
     args = parser.parse_args()
     if not 0 <= args.window_start < args.steps - 1:
         parser.error("--window-start must be at least 0 and below --steps - 1")
+    check_model(args.model, args.batch_size, args.image_size)
+    check_torchrun("torchrun --standalone --nproc-per-node 1 -m bench.plain_ddp")
     device = start_rank()
     try:
         step = build_loop(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import statistics
 import time
 
@@ -23,7 +22,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
 
-from harness.common.cli import OneLineParser, UsageError, check_count, run_cli
+from harness.common.cli import OneLineParser, UsageError, check_count, check_torchrun, run_cli
 from models import get_model_spec
 
 PATHS = ("builtin", "python_hook", "none")
@@ -69,8 +68,7 @@ def main() -> None:
     check_count("--batch-size", args.batch_size)
     check_count("--warmup", args.warmup, least=0)
     check_count("--rounds", args.rounds, least=args.warmup + 1)  # the rounds after warm-up are the ones timed
-    if "RANK" not in os.environ:
-        parser.error("start it with torchrun: torchrun --standalone --nproc-per-node 2 -m bench.small_buckets")
+    check_torchrun("torchrun --standalone --nproc-per-node 2 -m bench.small_buckets")
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     spec = get_model_spec(args.model)

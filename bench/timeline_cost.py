@@ -26,8 +26,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from bench.plain_ddp import build_loop, start_rank
-from harness.common.cli import OneLineParser, run_cli
+from bench.plain_ddp import build_loop, check_model, start_rank
+from harness.common.cli import OneLineParser, check_torchrun, run_cli
 from harness.train.grad_ready import GradReadyRecorder
 from harness.train.stamps import StepStamps
 
@@ -89,6 +89,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 4 or args.warmup < 2:
         parser.error("--steps must be at least 4 and --warmup at least 2 (DDP rebuilds its buckets after step 0)")
+    check_model(args.model, args.batch_size, args.image_size)
+    check_torchrun("torchrun --standalone --nproc-per-node 1 -m bench.timeline_cost")
     device = start_rank()
     try:
         result = measure(args, device)

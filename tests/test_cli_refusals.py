@@ -138,6 +138,15 @@ def test_an_unknown_option_is_named_before_a_missing_argument(argv, says):
             "start it with torchrun: torchrun --standalone --nproc-per-node 2 -m bench.small_b",
         ),
         ("bench.predict_error", ["--world-sizes", "x"], "--world-sizes takes world sizes such as 2,3,4, not 'x'"),
+        ("bench.plain_ddp", [], "start it with torchrun: torchrun --standalone --nproc-per-node 1 -m bench.plain_ddp"),
+        ("bench.plain_ddp", ["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+        ("bench.plain_ddp", ["--image-size", "16"], "--image-size 16 is too small; the smallest is 32"),
+        (
+            "bench.timeline_cost",
+            [],
+            "start it with torchrun: torchrun --standalone --nproc-per-node 1 -m bench.timeline_cost",
+        ),
+        ("bench.timeline_cost", ["--model", "nosuch"], "unknown model 'nosuch' for --model"),
     ],
 )
 def test_a_benchmark_refuses_a_count_or_output_it_cannot_use_before_it_runs(program, args, says):

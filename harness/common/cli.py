@@ -235,3 +235,15 @@ def check_fresh(option: str, root: str | None, names: Iterable[str]) -> None:
     taken = [name for name in names if os.path.lexists(os.path.join(root, name))]
     if taken:
         raise UsageError(f"{option} {root!r} already holds {taken[0]} from an earlier run; give a new directory")
+
+
+# What torch's env:// rendezvous reads to join a process group; torchrun sets every one of them.
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def check_torchrun(command: str) -> None:
+    """A UsageError unless this process is a rank that torchrun started (its rendezvous variables are set), for a
+    program that joins its process group through them: started plainly, init_process_group would fail with a
+    traceback instead. `command` is how to start it, given in the message."""
+    if any(key not in os.environ for key in TORCHRUN_ENV):
+        raise UsageError(f"start it with torchrun: {command}")
