@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.common.cli import OneLineParser, run_cli
+from harness.common.cli import OneLineParser, UsageError, check_count, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = {"calibrated": [], "uncalibrated": ["--calibration-steps", "0"]}
@@ -42,6 +42,26 @@ def run_seconds(train_args: list[str], extra: list[str], logdir: Path) -> dict[s
     }
 
 
+def check_train_args(train_args: list[str]) -> None:
+    """Both runs' train.py command lines checked as train.py checks its own (harness.train.config.parse_config:
+    its parser, then its TrainConfig against this machine, as train.py started without a launcher sees it), so that
+    a mistake after -- is one line now rather than a failed first run; and none that leaves calibration nothing to
+    cost, or writes no summary.json to read. Loads torch."""
+    from harness.train.config import NO_HOOK, parse_config
+
+    with tempfile.TemporaryDirectory() as logdir:
+        try:
+            calibrated, _ = (parse_config([*train_args, *extra, "--logdir", logdir]) for extra in VARIANTS.values())
+        except UsageError as err:
+            raise UsageError(f"after -- (train.py's arguments): {err}") from None
+    if calibrated.harness == "off":
+        raise UsageError("after --: --harness off writes no summary.json, whose overhead_s this bench reads")
+    if calibrated.comm_hook == NO_HOOK:
+        raise UsageError(f"after --: --comm-hook {NO_HOOK} calibrates nothing: calibration needs the timed hook")
+    if calibrated.calibration_steps == 0:
+        raise UsageError("after --: --calibration-steps 0 would leave the calibrated run uncalibrated too")
+
+
 PROG = "python -m bench.calibration_cost"
 
 
@@ -51,6 +71,8 @@ def main() -> None:
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: train.py's arguments")
     args = parser.parse_args()
     train_args = [a for a in args.train_args if a != "--"] or ["--model", "resnet50"]
+    check_count("--pairs", args.pairs)
+    check_train_args(train_args)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):

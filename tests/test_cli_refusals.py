@@ -138,6 +138,27 @@ def test_an_unknown_option_is_named_before_a_missing_argument(argv, says):
             "start it with torchrun: torchrun --standalone --nproc-per-node 2 -m bench.small_b",
         ),
         ("bench.predict_error", ["--world-sizes", "x"], "--world-sizes takes world sizes such as 2,3,4, not 'x'"),
+        ("bench.calibration_cost", ["--pairs", "0"], "--pairs must be at least 1, got 0"),
+        (
+            "bench.calibration_cost",
+            ["--pairs", "1", "--", "--model", "nosuch"],
+            "after -- (train.py's arguments): unknown model 'nosuch' for --model",
+        ),
+        (
+            "bench.calibration_cost",
+            ["--pairs", "1", "--", "--model", "resnet_tiny", "--max-steps", "4", "--harness", "off"],
+            "after --: --harness off writes no summary.json",
+        ),
+        (
+            "bench.calibration_cost",
+            ["--pairs", "1", "--", "--model", "resnet_tiny", "--max-steps", "4", "--comm-hook", "none"],
+            "after --: --comm-hook none calibrates nothing",
+        ),
+        (
+            "bench.calibration_cost",
+            ["--pairs", "1", "--", "--model", "resnet_tiny", "--max-steps", "4", "--calibration-steps", "0"],
+            "after --: --calibration-steps 0 would leave the calibrated run uncalibrated too",
+        ),
         ("bench.plain_ddp", [], "start it with torchrun: torchrun --standalone --nproc-per-node 1 -m bench.plain_ddp"),
         ("bench.plain_ddp", ["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
         ("bench.plain_ddp", ["--image-size", "16"], "--image-size 16 is too small; the smallest is 32"),
