@@ -18,10 +18,12 @@ import atexit
 import gc
 import importlib.util
 import json
+import math
 import os
 import runpy
 import sys
 import time
+import zipfile
 
 from harness.common.cli import OneLineParser, UsageError, run_cli
 from harness.common.dist_env import free_port, lone_rank_env
@@ -64,6 +66,42 @@ class GcLog:
         }
 
 
+def check_module(name: str) -> None:
+    """A UsageError unless `name` is a module that `python -m` could run: found, and for a package, with a
+    __main__ module."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # a parent package of it is missing, or a relative or empty name
+        spec = None
+    if spec is None:
+        raise UsageError(f"no such module: {name}")
+    if spec.submodule_search_locations is not None:  # a package: python -m runs its __main__
+        try:
+            runnable = importlib.util.find_spec(f"{name}.__main__") is not None
+        except ImportError:
+            runnable = False
+        if not runnable:
+            raise UsageError(f"{name} is a package with no __main__ module: name a module in it")
+
+
+def check_script(path: str) -> None:
+    """A UsageError unless `path` is a file of Python that compiles (or a zip application), read now: else it would
+    fail with a traceback once the collections are being logged, and print a record of nothing."""
+    if not os.path.isfile(path):
+        raise UsageError(f"no such script: {path}")
+    if zipfile.is_zipfile(path):  # a zip application, which runpy runs as python does: its __main__.py
+        return
+    try:
+        with open(path, "rb") as script:
+            compile(script.read(), path, "exec")
+    except OSError as err:
+        raise UsageError(f"cannot read the script {path}: {err.strerror}") from None
+    except (SyntaxError, ValueError) as err:  # ValueError: null bytes, in Python 3.11
+        where = f" (line {err.lineno})" if isinstance(err, SyntaxError) and err.lineno else ""
+        message = err.msg if isinstance(err, SyntaxError) else str(err)
+        raise UsageError(f"{path} is not a Python script: {message}{where}") from None
+
+
 PROG = "python -m bench.gc_pauses"
 
 
@@ -72,18 +110,15 @@ def main() -> None:
     parser.add_argument("--after-s", type=float, default=5.0, help="also count only the collections after this")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- then a script and its arguments, or -m MODULE …")
     args = parser.parse_args()
+    if not (math.isfinite(args.after_s) and args.after_s >= 0):
+        raise UsageError(f"--after-s must be 0 or more seconds, got {args.after_s:g}")
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program or program == ["-m"]:
         raise UsageError("name a program after --: a script, or -m and a module")
     if program[0] == "-m":
-        try:
-            found = importlib.util.find_spec(program[1]) is not None
-        except ModuleNotFoundError:  # a parent package of it is missing
-            found = False
-        if not found:
-            raise UsageError(f"no such module: {program[1]}")
-    elif not os.path.isfile(program[0]):
-        raise UsageError(f"no such script: {program[0]}")
+        check_module(program[1])
+    else:
+        check_script(program[0])
     for key, value in lone_rank_env(free_port()).items():
         os.environ.setdefault(key, value)
     log = GcLog()
