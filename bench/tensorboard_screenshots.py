@@ -13,6 +13,7 @@ the labels below are for this script's console only.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -22,8 +23,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from harness.common.cli import OneLineParser, run_cli
+from harness.analysis.runs import find_runs
+from harness.common.cli import OneLineParser, UsageError, check_writable, run_cli
 from harness.common.dist_env import free_port
+from harness.common.numbers import plural
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "docs" / "tensorboard"
@@ -86,10 +89,37 @@ def serve(logdir: Path, runs: int) -> tuple[subprocess.Popen, str]:
     sys.exit(f"TensorBoard did not list {runs} runs within 120 s")
 
 
-def screenshot(url: str, path: Path) -> None:
+def find_chromium() -> str:
+    """Chromium's path on PATH; a UsageError if there is none (checked before the runs, which take minutes)."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
-        sys.exit("no chromium on PATH (Debian: apt-get install -y chromium)")
+        raise UsageError("no chromium on PATH for the screenshots (Debian: apt-get install -y chromium)")
+    return chromium
+
+
+def check_reused(logdir: Path | None) -> None:
+    """A UsageError unless --logdir holds what the screenshots and the copies read: the runs (TensorBoard is waited
+    on until it lists as many as VARIANTS), one baseline run for compare, one timeline.png of TIMELINE_RUN."""
+    if logdir is None:
+        raise UsageError("--reuse takes the runs already in --logdir: give --logdir")
+    if not logdir.is_dir():
+        raise UsageError(f"--logdir {str(logdir)!r} is not a directory (--reuse takes the runs already in it)")
+    runs = len(find_runs([str(logdir)]))
+    if runs < len(VARIANTS):
+        raise UsageError(
+            f"--logdir {str(logdir)!r} holds {plural(runs, 'run')}, fewer than the {len(VARIANTS)} this script makes "
+            "(leave out --reuse to make them)"
+        )
+    for pattern in (COMPARE_BASELINE, f"{TIMELINE_RUN}/*/timeline.png"):
+        found = len(list(logdir.glob(pattern)))
+        if found != 1:
+            raise UsageError(
+                f"--logdir {str(logdir)!r} has {found} matches of {pattern}, not 1: not this script's runs"
+            )
+
+
+def screenshot(url: str, path: Path) -> None:
+    chromium = find_chromium()
     with tempfile.TemporaryDirectory() as profile:
         cmd = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={path}", url]
         subprocess.run(cmd, capture_output=True, timeout=180, check=True)
@@ -112,6 +142,17 @@ def main() -> None:
     parser.add_argument("--logdir", type=Path, help="where the runs go (default: a new temporary directory)")
     parser.add_argument("--reuse", action="store_true", help="take the runs already in --logdir")
     args = parser.parse_args()
+    if args.reuse:
+        check_reused(args.logdir)
+    elif args.logdir is not None:
+        check_writable(str(args.logdir), "--logdir", directory=True)
+        if args.logdir.is_dir() and find_runs([str(args.logdir)]):  # both sets shown; two timeline.png at the end
+            raise UsageError(f"--logdir {str(args.logdir)!r} already holds runs; give a new directory, or --reuse them")
+    find_chromium()
+    if importlib.util.find_spec("tensorboard") is None:
+        raise UsageError("no tensorboard in this Python for the screenshots (pip install tensorboard)")
+    check_writable(str(OUT), "docs/tensorboard", directory=True)
+    check_writable(str(COMPARE_PLOT), "docs/compare_steps.png")
     logdir = args.logdir or Path(tempfile.mkdtemp(prefix="tb-screens-")) / "runs"
     logdir.mkdir(parents=True, exist_ok=True)
     if not args.reuse:

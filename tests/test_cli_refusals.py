@@ -164,6 +164,22 @@ def test_an_unknown_option_is_named_before_a_missing_argument(argv, says):
         ("bench.gc_pauses", ["--", "-m", "bench"], "bench is a package with no __main__ module: name a module in it"),
         ("bench.gc_pauses", ["--", "-m", ".bench"], "no such module: .bench"),
         ("bench.gc_pauses", ["--", "README.md"], "README.md is not a Python script: "),
+        (
+            "bench.tensorboard_screenshots",
+            ["--logdir", "README.md"],
+            "--logdir: 'README.md' is a file; give a directory",
+        ),
+        ("bench.tensorboard_screenshots", ["--reuse"], "--reuse takes the runs already in --logdir: give --logdir"),
+        (
+            "bench.tensorboard_screenshots",
+            ["--reuse", "--logdir", "README.md/runs"],  # a path no mkdir can make, as root too
+            "--logdir 'README.md/runs' is not a directory (--reuse takes the runs already in it)",
+        ),
+        (
+            "bench.tensorboard_screenshots",
+            ["--reuse", "--logdir", "models"],
+            "--logdir 'models' holds 0 runs, fewer than the 10 this script makes",
+        ),
         ("bench.plain_ddp", [], "start it with torchrun: torchrun --standalone --nproc-per-node 1 -m bench.plain_ddp"),
         ("bench.plain_ddp", ["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
         ("bench.plain_ddp", ["--image-size", "16"], "--image-size 16 is too small; the smallest is 32"),
