@@ -30,12 +30,15 @@ from pathlib import Path
 
 from harness.analysis.bucket_layout import layout_from_summary
 from harness.analysis.prediction import network_from_sweep, other_ms_of_run, predict
-from harness.common.cli import OneLineParser, check_count, check_writable, run_cli
+from harness.common.cli import OneLineParser, UsageError, check_count, check_writable, run_cli
+from harness.common.names import WARMUP_STEPS
 from harness.common.sweep_fits import load_fits
 from harness.predict import load_summary
+from harness.sweep.sizes import parse_size
 
 ROOT = Path(__file__).resolve().parents[1]
 LARGE_BYTES = 2**20  # the sizes of real gradient buckets (DDP's first bucket is 1 MiB)
+MIN_BYTES = 256 * 1024  # the sweep's smallest size (its -b 256K); it doubles up to --max-bytes
 
 
 def run(cmd: list[str], log: Path) -> None:
@@ -51,16 +54,44 @@ def sweep(n: int, out: Path, max_bytes: str) -> str:
     return str(path)
 
 
-def train(n: int, out: Path, args: argparse.Namespace) -> str:
-    name = f"predict-{args.model}-{n}"
-    cmd = [sys.executable, "train.py", "--model", args.model, "--batch-size", str(args.batch_size),
-           "--max-steps", str(args.max_steps), "--devices", str(n), "--logdir", str(out / "runs"),
-           "--run-name", name]  # fmt: skip
+def train_args(n: int, out: Path, args: argparse.Namespace) -> list[str]:
+    """train.py's arguments for the run at world size `n`."""
+    words = ["--model", args.model, "--batch-size", str(args.batch_size), "--max-steps", str(args.max_steps),
+             "--devices", str(n), "--logdir", str(out / "runs"), "--run-name", run_name(n, args)]  # fmt: skip
     if args.image_size:
-        cmd += ["--image-size", str(args.image_size)]
-    run(cmd, out / f"train-{n}.log")
-    (summary,) = glob.glob(str(out / "runs" / name / "*" / "summary.json"))
+        words += ["--image-size", str(args.image_size)]
+    return words
+
+
+def run_name(n: int, args: argparse.Namespace) -> str:
+    return f"predict-{args.model}-{n}"
+
+
+def run_summaries(n: int, out: Path, args: argparse.Namespace) -> list[str]:
+    return glob.glob(str(out / "runs" / run_name(n, args) / "*" / "summary.json"))
+
+
+def train(n: int, out: Path, args: argparse.Namespace) -> str:
+    run([sys.executable, "train.py", *train_args(n, out, args)], out / f"train-{n}.log")
+    (summary,) = run_summaries(n, out, args)
     return str(Path(summary).parent)
+
+
+def check_runs(sizes: list[int], args: argparse.Namespace) -> None:
+    """Each run's train.py command line checked as train.py checks its own (harness.train.config.parse_config,
+    against this machine as train.py started without a launcher sees it), before the first sweep, not after it;
+    and no earlier run of the same name in --out, which would be read in place of the new one. Loads torch."""
+    from harness.train.config import parse_config
+
+    with tempfile.TemporaryDirectory() as scratch:  # the runs' --logdir is made later, in --out
+        for n in sizes:
+            try:
+                parse_config(train_args(n, Path(scratch), args))
+            except UsageError as err:
+                raise UsageError(f"train.py would refuse the run at world size {n}: {err}") from None
+    for n in sizes:
+        if args.out and run_summaries(n, Path(args.out), args):
+            raise UsageError(f"--out {args.out!r} already holds a run {run_name(n, args)}; give a new directory")
 
 
 def error_pct(predicted: float, measured: float | None) -> float:
@@ -159,6 +190,19 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def check_max_bytes(text: str, world_sizes: int) -> None:
+    """A UsageError for a --max-bytes that the sweep refuses, or too small for what is read from the sweep at its
+    end: an all_reduce fit needs two sizes, and with several world sizes the raw table one of LARGE_BYTES."""
+    max_bytes = parse_size(text, "--max-bytes")
+    if max_bytes < 2 * MIN_BYTES:
+        raise UsageError(f"--max-bytes must be at least 512K (the fit needs two sweep sizes from 256K), got {text!r}")
+    if world_sizes > 1 and max_bytes < LARGE_BYTES:
+        raise UsageError(
+            f"--max-bytes must be at least 1M with several world sizes (the raw table's error at >= 1 MiB), "
+            f"got {text!r}"
+        )
+
+
 PROG = "python -m bench.predict_error"
 
 
@@ -178,10 +222,14 @@ def main() -> None:
         parser.error(f"--world-sizes takes world sizes such as 2,3,4, not {args.world_sizes!r}")
     if min(sizes) < 2:
         parser.error("--world-sizes: 2 or more ranks each (nothing crosses a link at 1)")
-    for option, value in (("--image-size", args.image_size), ("--batch-size", args.batch_size),
-                          ("--max-steps", args.max_steps)):  # fmt: skip
+    if len(set(sizes)) < len(sizes):
+        parser.error(f"--world-sizes {args.world_sizes!r} names a world size twice")
+    for option, value in (("--image-size", args.image_size), ("--batch-size", args.batch_size)):
         check_count(option, value)
+    check_count("--max-steps", args.max_steps, least=WARMUP_STEPS + 1)  # buckets are measured after warm-up
+    check_max_bytes(args.max_bytes, len(sizes))
     check_writable(args.out, "--out", directory=True)
+    check_runs(sizes, args)
     out = Path(args.out or tempfile.mkdtemp(prefix="predict_error-"))
     out.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now().isoformat(timespec="seconds")

@@ -67,3 +67,13 @@ def test_tensorboard_screenshots_refuses_to_reuse_runs_that_are_not_its_own(tmp_
         f"python -m bench.tensorboard_screenshots: error: --logdir {str(tmp_path)!r} has 0 matches of "
         "*-allreduce-bucketdefault-*, not 1: not this script's runs"
     )
+
+
+def test_predict_error_refuses_an_out_that_holds_a_run_of_the_same_name(tmp_path):
+    fake_run(tmp_path / "runs" / "predict-resnet_tiny-2" / "20260101-000000")
+    args = ["--world-sizes", "2", "--model", "resnet_tiny", "--max-steps", "3", "--max-bytes", "1M"]
+    said = refusal("bench.predict_error", [*args, "--out", str(tmp_path)])
+    assert said == (
+        f"python -m bench.predict_error: error: --out {str(tmp_path)!r} already holds a run predict-resnet_tiny-2; "
+        "give a new directory"
+    )

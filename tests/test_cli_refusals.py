@@ -180,6 +180,32 @@ def test_an_unknown_option_is_named_before_a_missing_argument(argv, says):
             ["--reuse", "--logdir", "models"],
             "--logdir 'models' holds 0 runs, fewer than the 10 this script makes",
         ),
+        ("bench.predict_error", ["--max-bytes", "abc"], "--max-bytes: invalid size 'abc'"),
+        (
+            "bench.predict_error",
+            ["--world-sizes", "2", "--model", "resnet_tiny", "--max-steps", "3", "--max-bytes", "256K"],
+            "--max-bytes must be at least 512K (the fit needs two sweep sizes from 256K), got '256K'",
+        ),
+        (
+            "bench.predict_error",
+            ["--world-sizes", "2,3", "--model", "resnet_tiny", "--max-steps", "3", "--max-bytes", "512K"],
+            "--max-bytes must be at least 1M with several world sizes",
+        ),
+        (
+            "bench.predict_error",
+            ["--world-sizes", "2,2", "--model", "resnet_tiny", "--max-steps", "3", "--max-bytes", "1M"],
+            "--world-sizes '2,2' names a world size twice",
+        ),
+        (
+            "bench.predict_error",
+            ["--world-sizes", "2", "--model", "nosuch", "--max-bytes", "1M"],
+            "train.py would refuse the run at world size 2: unknown model 'nosuch' for --model",
+        ),
+        (
+            "bench.predict_error",
+            ["--world-sizes", "2", "--model", "resnet_tiny", "--max-steps", "2", "--max-bytes", "1M"],
+            "--max-steps must be at least 3, got 2",
+        ),
         ("bench.plain_ddp", [], "start it with torchrun: torchrun --standalone --nproc-per-node 1 -m bench.plain_ddp"),
         ("bench.plain_ddp", ["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
         ("bench.plain_ddp", ["--image-size", "16"], "--image-size 16 is too small; the smallest is 32"),
