@@ -204,13 +204,17 @@ def check_max_bytes(text: str, world_sizes: int) -> None:
 
 
 PROG = "python -m bench.predict_error"
+# Small images keep each rank's step short on a few shared cores; a model's own size is often 224.
+IMAGE_SIZE = 64
 
 
 def main() -> None:
     parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--world-sizes", default="2,3,4")
     parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument(
+        "--image-size", type=int, help=f"an image model's input size (default {IMAGE_SIZE}); a token model takes none"
+    )
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--max-steps", type=int, default=20)
     parser.add_argument("--max-bytes", default="32M", help="largest sweep size (cover the largest bucket)")
@@ -224,11 +228,16 @@ def main() -> None:
         parser.error("--world-sizes: 2 or more ranks each (nothing crosses a link at 1)")
     if len(set(sizes)) < len(sizes):
         parser.error(f"--world-sizes {args.world_sizes!r} names a world size twice")
-    for option, value in (("--image-size", args.image_size), ("--batch-size", args.batch_size)):
-        check_count(option, value)
+    check_count("--batch-size", args.batch_size)
+    if args.image_size is not None:
+        check_count("--image-size", args.image_size)
     check_count("--max-steps", args.max_steps, least=WARMUP_STEPS + 1)  # buckets are measured after warm-up
     check_max_bytes(args.max_bytes, len(sizes))
     check_writable(args.out, "--out", directory=True)
+    from models import get_model_spec  # loads torch (seconds): after the checks that need nothing
+
+    if args.image_size is None and get_model_spec(args.model).kind == "image":
+        args.image_size = IMAGE_SIZE
     check_runs(sizes, args)
     out = Path(args.out or tempfile.mkdtemp(prefix="predict_error-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -246,7 +255,7 @@ def main() -> None:
     rows += [compare(runs[n], sweeps[base], scaling) for scaling in ("constant", "ring") for n in sizes if n != base]
     finished = datetime.datetime.now().isoformat(timespec="seconds")
     print(f"# started {started}, finished {finished}, {os.cpu_count()} cores, model {args.model} image "
-          f"{args.image_size} batch {args.batch_size}, {args.max_steps} steps")  # fmt: skip
+          f"{args.image_size or '-'} batch {args.batch_size}, {args.max_steps} steps")  # fmt: skip
     print(f"# command: python -m bench.predict_error {' '.join(sys.argv[1:])}")
     print("\nTraining: the run's measured bucket layout, predicted from the sweep at its own n and at the base n")
     print(markdown(rows))

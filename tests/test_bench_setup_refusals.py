@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.train_runs import REPO
 
 
@@ -69,11 +71,13 @@ def test_tensorboard_screenshots_refuses_to_reuse_runs_that_are_not_its_own(tmp_
     )
 
 
-def test_predict_error_refuses_an_out_that_holds_a_run_of_the_same_name(tmp_path):
-    fake_run(tmp_path / "runs" / "predict-resnet_tiny-2" / "20260101-000000")
-    args = ["--world-sizes", "2", "--model", "resnet_tiny", "--max-steps", "3", "--max-bytes", "1M"]
+@pytest.mark.parametrize("model", ["resnet_tiny", "gpt_tiny"])
+def test_predict_error_refuses_an_out_that_holds_a_run_of_the_same_name(tmp_path, model):
+    """Refused after train.py's checks of each run, so a token model, which takes no --image-size, passes them."""
+    fake_run(tmp_path / "runs" / f"predict-{model}-2" / "20260101-000000")
+    args = ["--world-sizes", "2", "--model", model, "--max-steps", "3", "--max-bytes", "1M"]
     said = refusal("bench.predict_error", [*args, "--out", str(tmp_path)])
     assert said == (
-        f"python -m bench.predict_error: error: --out {str(tmp_path)!r} already holds a run predict-resnet_tiny-2; "
+        f"python -m bench.predict_error: error: --out {str(tmp_path)!r} already holds a run predict-{model}-2; "
         "give a new directory"
     )
