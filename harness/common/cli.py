@@ -166,8 +166,7 @@ def check_count(option: str, value: int | None, least: int = 1) -> None:
 
 def check_seconds(option: str, value: float) -> None:
     """A UsageError unless `value` is a positive, finite number of seconds."""
-    if not (math.isfinite(value) and value > 0):
-        raise UsageError(f"{option} must be a positive number of seconds, got {value:g}")
+    check_positive(option, value, "seconds")
 
 
 def _is_pipe_or_socket(path: str) -> bool:
@@ -213,8 +212,7 @@ def check_distinct_outputs(outputs: dict[str, str | None], inputs: Iterable[str 
 
 
 def check_positive(option: str, value: float, unit: str) -> None:
-    """A UsageError unless `value` is a positive, finite number of `unit` (a rate, a size; check_seconds is this
-    for a time)."""
+    """A UsageError unless `value` is a positive, finite number of `unit` (a rate, a size, a time)."""
     if not (math.isfinite(value) and value > 0):
         raise UsageError(f"{option} must be a positive number of {unit}, got {value:g}")
 
