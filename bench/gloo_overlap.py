@@ -12,14 +12,13 @@ docs/BENCHMARKS.md, "Tried and reverted: a probe of how much latency overlaps on
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
 
-from harness.common.cli import OneLineParser, UsageError, run_cli
+from harness.common.cli import OneLineParser, check_torchrun, run_cli
 
 PROG = "python -m bench.gloo_overlap"
 
@@ -43,10 +42,7 @@ def trial_ms(size: int, together: bool) -> float:
 
 def main() -> None:
     OneLineParser(prog=PROG, description=__doc__.splitlines()[0]).parse_args()  # no options: --help, or a refusal
-    if "RANK" not in os.environ:
-        raise UsageError(
-            "run it under torchrun: OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node 2 -m bench.gloo_overlap"
-        )
+    check_torchrun("OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node 2 -m bench.gloo_overlap")
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     try:

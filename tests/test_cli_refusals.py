@@ -215,6 +215,7 @@ def test_an_unknown_option_is_named_before_a_missing_argument(argv, says):
             "start it with torchrun: torchrun --standalone --nproc-per-node 1 -m bench.timeline_cost",
         ),
         ("bench.timeline_cost", ["--model", "nosuch"], "unknown model 'nosuch' for --model"),
+        ("bench.gloo_overlap", [], "start it with torchrun: OMP_NUM_THREADS=1 torchrun --standalone"),
     ],
 )
 def test_a_benchmark_refuses_a_count_or_output_it_cannot_use_before_it_runs(program, args, says):
