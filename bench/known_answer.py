@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from harness.common.cli import (
     check_fresh,
     check_positive,
     check_writable,
+    parse_cap_mib,
     run_cli,
 )
 from harness.common.names import HOOK_NAMES, SUMMARY_FILE
@@ -69,12 +69,9 @@ def parse_settings(text: str) -> list[tuple[float | None, str]]:
         if hook not in HOOK_NAMES:
             raise UsageError(f"--settings {item!r}: the hook must be one of {', '.join(HOOK_NAMES)}")
         try:
-            cap_mb = None if cap == "default" else float(cap)
-        except ValueError:
-            raise UsageError(f"--settings {item!r}: the cap must be a number of MiB or 'default'") from None
-        if cap_mb is not None and not (math.isfinite(cap_mb) and cap_mb > 0):
-            raise UsageError(f"--settings {item!r}: the cap must be a positive number of MiB or 'default'")
-        settings.append((cap_mb, hook))
+            settings.append((parse_cap_mib(cap), hook))
+        except ValueError as err:
+            raise UsageError(f"--settings {item!r}: the cap must be {err}") from None
     if not settings:
         raise UsageError("--settings: give at least one CAP:HOOK")
     return settings

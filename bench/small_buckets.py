@@ -13,7 +13,6 @@ and gloo's or the timed hook's: the built-in path has no Python hook at all.
 from __future__ import annotations
 
 import copy
-import math
 import statistics
 import time
 
@@ -22,7 +21,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks.debugging_hooks import noop_hook
 
-from harness.common.cli import OneLineParser, UsageError, check_count, check_torchrun, run_cli
+from harness.common.cli import OneLineParser, UsageError, check_count, check_torchrun, parse_cap_mib, run_cli
 from models import get_model_spec
 
 PATHS = ("builtin", "python_hook", "none")
@@ -41,16 +40,10 @@ def build(model: torch.nn.Module, cap_mb: float | None, path: str) -> torch.nn.p
 
 def parse_caps(text: str) -> list[float | None]:
     """'default,0.01,0.1' as caps in MiB (None: DDP's default); a UsageError for anything else."""
-    caps = []
-    for item in text.split(","):
-        try:
-            cap = None if item.strip() == "default" else float(item)
-        except ValueError:
-            raise UsageError(f"--caps {text!r}: each cap is a number of MiB or 'default'") from None
-        if cap is not None and not (math.isfinite(cap) and cap > 0):
-            raise UsageError(f"--caps {text!r}: each cap is a positive number of MiB or 'default'")
-        caps.append(cap)
-    return caps
+    try:
+        return [parse_cap_mib(item) for item in text.split(",")]
+    except ValueError as err:
+        raise UsageError(f"--caps {text!r}: each cap is {err}") from None
 
 
 PROG = "python -m bench.small_buckets"

@@ -245,3 +245,18 @@ def check_torchrun(command: str) -> None:
     traceback instead. `command` is how to start it, given in the message."""
     if any(key not in os.environ for key in TORCHRUN_ENV):
         raise UsageError(f"start it with torchrun: {command}")
+
+
+def parse_cap_mib(word: str) -> float | None:
+    """A bucket cap as a command line gives it: a positive number of MiB, or 'default' (None: DDP's own). A
+    ValueError otherwise, whose message ends "a number of MiB or 'default'" or "a positive number of MiB or
+    'default'", for the caller to put after its option."""
+    if word.strip() == "default":
+        return None
+    try:
+        cap = float(word)
+    except ValueError:
+        raise ValueError("a number of MiB or 'default'") from None
+    if not (math.isfinite(cap) and cap > 0):
+        raise ValueError("a positive number of MiB or 'default'")
+    return cap
